@@ -1,0 +1,324 @@
+"""Public API: ``grad``, ``value_and_grad``, ``vjp`` and ``jit``.
+
+A function is captured from its source on the first call with a given signature (array
+shapes and dtypes; the kinds of scalar arguments), compiled once, and cached. Scalar
+numbers are run-time values: a new step count or coefficient reuses the compiled program.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+
+import numpy as np
+
+from .autodiff.reverse import build_reverse
+from .backends import numpy as numpy_backend
+from .errors import FlowgradError, InputError
+from .frontends.python import capture
+from .ir.core import Program
+from .ir.printer import program_text, block_lines
+
+BACKENDS = ("numpy",)
+
+
+def _arg_key(value, name):
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise InputError(f"argument {name!r} has dtype {value.dtype}; flowgrad differentiates real "
+                             "arrays (float, int, bool dtypes)")
+        return ("array", value.shape, value.dtype.str)
+    if isinstance(value, (bool, np.bool_)):
+        return ("bool", bool(value))
+    if isinstance(value, (int, np.integer)):
+        return ("int",)
+    if isinstance(value, (float, np.floating)):
+        return ("float", np.dtype(type(value)).str if isinstance(value, np.floating) else "f8")
+    if isinstance(value, (complex, np.complexfloating)):
+        raise InputError(f"argument {name!r} is complex; complex dtype is not supported")
+    if isinstance(value, (list, tuple)):
+        raise InputError(f"argument {name!r} is a {type(value).__name__}; pass a NumPy array")
+    try:
+        hash(value)
+        return ("object", value)
+    except TypeError:
+        return ("object-id", id(value))
+
+
+class _Compiled:
+    """One captured and compiled specialisation."""
+
+    def __init__(self, fn, args, wrt_spec, backend, mode):
+        self.fe, params, body, result = capture(fn, args)
+        self.prog = Program(fn.__name__, params, body, [result], self.fe.containers)
+        self.result = result
+        self.const_values = [v for _, v in self.fe.consts.values()]
+        self.arg_params = [c for c in params if c.kind == "arg" and c not in
+                           [k for k, _ in self.fe.consts.values()]]
+        self.mode = mode
+        filename = f"<flowgrad {fn.__name__}>"
+        if mode == "forward":
+            self.src = numpy_backend.emit_forward(self.prog)
+            self.func = numpy_backend.compile_source(self.src, fn.__name__, filename)
+            self.backward_text = ""
+            return
+        self.wrt_names = wrt_spec
+        missing = [w for w in wrt_spec if w not in self.fe.arg_containers]
+        for w in wrt_spec:
+            if w in self.fe.arg_containers and self.fe.arg_containers[w].dtype.kind != "f":
+                raise InputError(f"wrt argument {w!r} has dtype {self.fe.arg_containers[w].dtype}; only "
+                                 "float arguments can be differentiated")
+        if missing:
+            raise InputError(f"wrt argument {missing[0]!r} is not a float array or scalar argument")
+        self.wrt = [self.fe.arg_containers[w] for w in wrt_spec]
+        self.gp = build_reverse(self.prog, self.wrt, self.fe.namer)
+        self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
+        self.func = numpy_backend.compile_source(self.src, fn.__name__ + "_vjp", filename)
+        self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
+
+    def call_args(self, args):
+        """Arguments for the generated function: the run-time arguments, then the constants."""
+        runtime = []
+        for c, v in zip(self.arg_params, args_of(self.fe, args)):
+            runtime.append(v)
+        return runtime + self.const_values
+
+    def ir_text(self):
+        text = program_text(self.prog)
+        if self.mode != "forward":
+            fwd = Program(self.prog.name, self.prog.params, self.gp.forward, self.prog.results,
+                          self.prog.containers)
+            text = ("# forward (with tape pushes)\n" + program_text(fwd) +
+                    "# backward\n" + self.backward_text + "\n")
+        return text
+
+
+def args_of(fe, args):
+    """The values of the run-time (array and number) arguments, in parameter order."""
+    sig = inspect.signature(fe.fn)
+    bound = sig.bind(*args)
+    bound.apply_defaults()
+    return [bound.arguments[name] for name in fe.arg_containers]
+
+
+class _Transform:
+    """Shared machinery of grad/vjp/jit: signature checks, caching, introspection."""
+
+    def __init__(self, fn, wrt, backend, mode):
+        if backend not in BACKENDS:
+            raise InputError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+        if not callable(fn):
+            raise InputError(f"{fn!r} is not a function")
+        self.fn, self.backend, self.mode = fn, backend, mode
+        self.params = list(inspect.signature(fn).parameters)
+        self.wrt_given = wrt
+        self.cache = {}
+        self.__name__ = getattr(fn, "__name__", "fn")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def wrt_names(self, args):
+        wrt = self.wrt_given
+        single = not isinstance(wrt, (tuple, list))
+        items = [wrt] if single else list(wrt)
+        names = []
+        for w in items:
+            if isinstance(w, (int, np.integer)) and not isinstance(w, bool):
+                if not -len(self.params) <= w < len(self.params):
+                    raise InputError(f"wrt position {w} is out of range: {self.__name__} takes "
+                                     f"{len(self.params)} arguments ({', '.join(self.params)})")
+                names.append(self.params[w])
+            elif isinstance(w, str):
+                if w not in self.params:
+                    raise InputError(f"wrt name {w!r} is not an argument of {self.__name__}; "
+                                     f"its arguments are: {', '.join(self.params)}")
+                names.append(w)
+            else:
+                raise InputError(f"wrt entries must be argument names or positions, not {w!r}")
+        bound = inspect.signature(self.fn).bind(*args)
+        bound.apply_defaults()
+        for n in names:
+            v = bound.arguments[n]
+            if isinstance(v, (bool, np.bool_)) or isinstance(v, (int, np.integer)) or \
+                    isinstance(v, np.ndarray) and v.dtype.kind != "f":
+                raise InputError(f"wrt argument {n!r} is an integer or boolean; only float arguments can be "
+                                 "differentiated")
+            if not isinstance(v, (float, np.floating, np.ndarray)):
+                raise InputError(f"wrt argument {n!r} is a {type(v).__name__}; only float arrays and float "
+                                 "scalars can be differentiated")
+        return tuple(names), single
+
+    def compiled(self, args):
+        try:
+            bound = inspect.signature(self.fn).bind(*args)
+        except TypeError as exc:
+            raise InputError(f"calling {self.__name__}: {exc}") from None
+        bound.apply_defaults()
+        key = [tuple(_arg_key(v, n) for n, v in bound.arguments.items())]
+        wrt = ()
+        if self.mode != "forward":
+            wrt, _ = self.wrt_names(args)
+            key.append(wrt)
+        key = tuple(key)
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = _Compiled(self.fn, args, wrt, self.backend, self.mode)
+            self.cache[key] = entry
+            if os.environ.get("FLOWGRAD_DUMP"):
+                print(entry.ir_text())
+        return entry
+
+    def source(self, *args):
+        """The generated Python source for this call signature."""
+        return self.compiled(args).src
+
+    def ir(self, *args):
+        """The IR (forward, and backward for gradients) as text, for this call signature."""
+        return self.compiled(args).ir_text()
+
+
+def _copy_in(args):
+    """Values for the generated code (it copies arrays itself; scalars are immutable)."""
+    return args
+
+
+def _run_vjp(entry, args):
+    return entry.func(*entry.call_args(args))
+
+
+def _format_grads(grads, wrt, single, args_by_name):
+    out = []
+    for g, name in zip(grads, wrt):
+        v = args_by_name[name]
+        if isinstance(v, np.ndarray):
+            out.append(np.asarray(g, dtype=v.dtype).reshape(v.shape))
+        else:
+            out.append(float(g))
+    return out[0] if single else tuple(out)
+
+
+def _scalar_result(entry, name):
+    r = entry.result
+    if r.ndim != 0 or r.dtype.kind != "f":
+        kind = f"an array of shape {tuple(getattr(d, 'value', d) for d in r.shape)}" if r.ndim else \
+            f"a {r.dtype} scalar"
+        raise InputError(f"grad of {name} requires a float scalar result, but it returns {kind}; "
+                         "use flowgrad.vjp for array results (or reduce the result to a scalar)")
+
+
+class value_and_grad(_Transform):
+    """Make a function returning ``(value, gradient)`` of a scalar-valued ``fn``.
+
+    Args:
+      fn: a Python function using NumPy (loops, in-place updates, views, branches are fine).
+      wrt: argument name or position, or a tuple of them (default 0, the first argument).
+      backend: ``"numpy"``.
+
+    Returns:
+      A callable ``vg(*args) -> (value, grads)``: ``grads`` is one array (or float) for a single
+      ``wrt``, a tuple for a tuple. The caller's arrays are never modified.
+
+    Example:
+      >>> vg = flowgrad.value_and_grad(lambda_free_fn, wrt="x")   # doctest: +SKIP
+      >>> value, gx = vg(x, 3)                                       # doctest: +SKIP
+    """
+
+    def __init__(self, fn, wrt=0, backend="numpy"):
+        super().__init__(fn, wrt, backend, "reverse")
+
+    def __call__(self, *args):
+        entry = self.compiled(args)
+        _scalar_result(entry, self.__name__)
+        wrt, single = self.wrt_names(args)
+        value, pullback = _run_vjp(entry, args)
+        grads = pullback(1.0)
+        bound = inspect.signature(self.fn).bind(*args)
+        bound.apply_defaults()
+        return float(value), _format_grads(grads, wrt, single, bound.arguments)
+
+
+class grad(value_and_grad):
+    """Make a function returning the gradient of a scalar-valued ``fn``.
+
+    Args:
+      fn: a Python function using NumPy, returning a float scalar.
+      wrt: argument name or position, or a tuple of them (default 0).
+      backend: ``"numpy"``.
+
+    Returns:
+      ``g(*args)``: the gradient w.r.t. ``wrt`` at ``args`` (one array, or a tuple).
+
+    Example:
+      >>> def f(x):
+      ...     return np.sum(np.sin(x) ** 2)
+      >>> flowgrad.grad(f)(np.ones(3))                             # doctest: +SKIP
+    """
+
+    def __call__(self, *args):
+        return super().__call__(*args)[1]
+
+
+def vjp(fn, *args, wrt=None, backend="numpy"):
+    """Run ``fn(*args)`` and return ``(result, pullback)``.
+
+    Args:
+      fn: a Python function using NumPy; its result may be an array or a scalar.
+      *args: the arguments.
+      wrt: names or positions to differentiate (default: every float argument).
+
+    Returns:
+      ``(result, pullback)``; ``pullback(cotangent)`` returns a tuple with one gradient per
+      ``wrt`` entry: the vector-Jacobian product ``cotangent^T J``.
+
+    Example:
+      >>> out, pull = flowgrad.vjp(f, A, wrt="A")                  # doctest: +SKIP
+      >>> (gA,) = pull(np.ones_like(out))                          # doctest: +SKIP
+    """
+    if wrt is None:
+        bound = inspect.signature(fn).bind(*args)
+        bound.apply_defaults()
+        wrt = tuple(n for n, v in bound.arguments.items()
+                    if isinstance(v, (float, np.floating)) or isinstance(v, np.ndarray) and v.dtype.kind == "f")
+    elif not isinstance(wrt, (tuple, list)):
+        wrt = (wrt,)
+    t = _Transform(fn, tuple(wrt), backend, "reverse")
+    entry = t.compiled(args)
+    names, _ = t.wrt_names(args)
+    value, pull = _run_vjp(entry, args)
+    bound = inspect.signature(fn).bind(*args)
+    bound.apply_defaults()
+    used = [False]
+    shape = tuple(getattr(d, "value", None) for d in entry.result.shape)
+
+    def pullback(cotangent):
+        ct = np.asarray(cotangent, dtype=entry.result.dtype if entry.result.dtype.kind == "f" else np.float64)
+        want = np.shape(value)
+        if ct.shape != want:
+            raise InputError(f"cotangent has shape {ct.shape} but the result of {t.__name__} has shape {want}")
+        if used[0]:
+            _, again = _run_vjp(entry, args)
+            grads = again(ct if ct.ndim else ct.item())
+        else:
+            used[0] = True
+            grads = pull(ct if ct.ndim else ct.item())
+        return tuple(_format_grads(grads, names, False, bound.arguments))
+
+    del shape
+    return value, pullback
+
+
+class jit(_Transform):
+    """Capture ``fn`` and run its forward program (NumPy semantics, compiled once per signature).
+
+    Example:
+      >>> f = flowgrad.jit(heat)                                   # doctest: +SKIP
+      >>> f(u, 0.1, 10) == heat(u.copy(), 0.1, 10)                 # doctest: +SKIP
+    """
+
+    def __init__(self, fn, backend="numpy"):
+        super().__init__(fn, None, backend, "forward")
+
+    def __call__(self, *args):
+        entry = self.compiled(args)
+        return entry.func(*entry.call_args(args))
+
+
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "FlowgradError"]

@@ -1,0 +1,466 @@
+"""Reverse mode on the IR: activity analysis, the adjoint program, and value restoration.
+
+The backward sweep walks the forward program in reverse. Before a statement's adjoint runs,
+every value that statement overwrote is restored from a tape (pushed just before the
+forward write), so the adjoint always sees the memory exactly as the forward statement saw
+it: overwrites, in-place updates, aliasing views, loop counters and branch conditions are
+all handled by the one mechanism. Only containers the backward sweep actually reads are
+restored (the "needed" set), so e.g. a linear stencil differentiated w.r.t. its initial
+state stores no tape at all.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..ir.core import (Assign, Call, Const, Container, For, If, NewAxis, Op, Pop, Program, Push,
+                       Read, Ref, While, data_reads, is_float, iter_reads, same_expr, scalar,
+                       stmt_reads, stmt_writes, walk, I64)
+from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
+
+
+# ---------------------------------------------------------------- activity
+
+
+def activity(prog: Program, wrt, result) -> set:
+    """Containers that depend on ``wrt`` and influence ``result`` (the critical subgraph)."""
+    stmts = [s for s in walk(prog.body) if isinstance(s, (Assign, Call))]
+
+    def flows(s):
+        """(targets, sources) of derivative flow for one statement."""
+        if isinstance(s, Assign):
+            srcs = {r.ref.container for r in data_reads(s.expr)}
+            if s.accumulate:
+                srcs.add(s.dst.container)
+            return {s.dst.container}, srcs
+        srcs = {r.ref.container for e in s.inputs for r in data_reads(e)}
+        if CALLS[s.op].inplace:
+            srcs.add(s.outputs[0])
+        return set(s.outputs), srcs
+
+    edges = [flows(s) for s in stmts]
+    varied = set(wrt)
+    changed = True
+    while changed:
+        changed = False
+        for dsts, srcs in edges:
+            if srcs & varied:
+                for d in dsts:
+                    if d not in varied and is_float(d.dtype):
+                        varied.add(d)
+                        changed = True
+    useful = {result}
+    changed = True
+    while changed:
+        changed = False
+        for dsts, srcs in edges:
+            if dsts & useful:
+                for c in srcs - useful:
+                    useful.add(c)
+                    changed = True
+    return {c for c in varied & useful if is_float(c.dtype)}
+
+
+# ---------------------------------------------------------------- the builder
+
+
+class _Restore:
+    """A placeholder for restoring what one forward statement overwrote."""
+
+    def __init__(self, stmt, ref):
+        self.stmt, self.ref = stmt, ref
+
+
+class ReverseBuilder:
+    def __init__(self, prog: Program, wrt, result: Container, namer):
+        self.prog, self.result, self.namer = prog, result, namer
+        self.active_set = activity(prog, wrt, result)
+        self.grads = {}
+        for c in sorted(self.active_set, key=lambda c: c.name):
+            self.grads[c] = Container(namer("g_" + c.name), c.dtype, c.shape, "transient")
+        self.temps = []
+        self.counters = {}       # While -> trip counter container
+        self.restores = []       # every _Restore placeholder, forward program order
+        self.loop_depth = {}
+
+    # --- services for the rules (the ``ctx`` of ``CallRule.vjp``) ---
+
+    def temp(self, shape, dtype, hint="t"):
+        c = Container(self.namer(hint), dtype, shape, "transient")
+        self.temps.append(c)
+        return c
+
+    def active(self, e):
+        """Whether an operand carries derivative (reads an active container)."""
+        return self.is_active_expr(e)
+
+    def grad_ref(self, e):
+        if not isinstance(e, Read) or e.ref.container not in self.grads:
+            return None
+        return e.ref.with_container(self.grads[e.ref.container])
+
+    def accumulate(self, x, contrib):
+        """``adjoint(x) += contrib``, summing over axes that ``x`` was broadcast along."""
+        if isinstance(x, Op):
+            return self.propagate(x, contrib)
+        gref = self.grad_ref(x)
+        if gref is None:
+            return []
+        if _needs_unbroadcast(contrib.shape, gref.shape):
+            t = self.temp(gref.shape, gref.dtype, "gsum")
+            return [Call("sum_to", [contrib], [t], {"shape": gref.shape}),
+                    Assign(gref, Read(Ref(t)), accumulate=True)]
+        return [Assign(gref, contrib, accumulate=True)]
+
+    def via_temp(self, x, opname, inputs, attrs=None, scale=None):
+        """Compute an operand's adjoint contribution with a Call into a temporary, then add it."""
+        if self.grad_ref(x) is None and not isinstance(x, Op):
+            return []
+        t = self.temp(x.shape, x.dtype if is_float(x.dtype) else np.float64, "g" + opname[:4])
+        contrib = Read(Ref(t)) if scale is None else Read(Ref(t)) * scale
+        return [Call(opname, inputs, [t], attrs or {})] + self.accumulate(x, contrib)
+
+    # --- adjoints of expressions and statements ---
+
+    def is_active_expr(self, e):
+        return any(r.ref.container in self.grads for r in data_reads(e))
+
+    def propagate(self, e, g):
+        """Statements adding ``g`` (the adjoint of expression ``e``) into the adjoints of its reads."""
+        if isinstance(e, Const) or not self.is_active_expr(e):
+            return []
+        if isinstance(e, Read):
+            return self.accumulate(e, g)
+        if e.name in ZERO_DERIVATIVE:
+            return []
+        stmts = []
+        live = [a for a in e.args if self.is_active_expr(a)]
+        if len(live) > 1 and not isinstance(g, (Read, Const)):
+            t = self.temp(e.shape, e.dtype, "gexpr")
+            stmts.append(Assign(Ref(t), g))
+            g = Read(Ref(t))
+        partials = PARTIALS[e.name](g, e, *e.args)
+        for a, p in zip(e.args, partials):
+            if p is None or not self.is_active_expr(a):
+                continue
+            if not isinstance(a, Read) and _needs_unbroadcast(p.shape, a.shape):
+                t = self.temp(a.shape, a.dtype, "gsum")
+                stmts.append(Call("sum_to", [p], [t], {"shape": a.shape}))
+                p = Read(Ref(t))
+            stmts += self.propagate(a, p)
+        return stmts
+
+    def adjoint_assign(self, s: Assign):
+        x = s.dst.container
+        if x not in self.grads:
+            return []
+        gdst = s.dst.with_container(self.grads[x])
+        reads_self = any(r.ref.container is x for r in data_reads(s.expr))
+        if s.accumulate:
+            if reads_self:
+                t = self.temp(s.dst.shape, x.dtype, "gacc")
+                return [Assign(Ref(t), Read(gdst))] + self.propagate(s.expr, Read(Ref(t)))
+            return self.propagate(s.expr, Read(gdst))
+        clear = Assign(gdst, Const(0.0))
+        if reads_self:
+            t = self.temp(s.dst.shape, x.dtype, "gold")
+            return [Assign(Ref(t), Read(gdst)), clear] + self.propagate(s.expr, Read(Ref(t)))
+        return self.propagate(s.expr, Read(gdst)) + [clear]
+
+    def adjoint_call(self, s: Call):
+        rule = CALLS[s.op]
+        outs = [c for c in s.outputs if c in self.grads]
+        if not outs:
+            return []
+        if rule.vjp is None:
+            raise UnsupportedError(f"{s.loc}: unsupported differentiation of {s.op}: no adjoint rule; "
+                                   "compute it outside the differentiated function")
+        gouts = [self.grads.get(c) for c in s.outputs]
+        stmts = rule.vjp(self, s, gouts)
+        if not rule.inplace:
+            stmts += [Assign(Ref(g), Const(0.0)) for g in gouts if g is not None]
+        return stmts
+
+    def reverse_block(self, stmts, depth):
+        out = []
+        for s in reversed(stmts):
+            out += self.reverse_stmt(s, depth)
+        return out
+
+    def _restore(self, s, ref, depth):
+        r = _Restore(s, ref)
+        self.restores.append(r)
+        self.loop_depth[id(r)] = depth
+        return r
+
+    def reverse_stmt(self, s, depth):
+        if isinstance(s, Assign):
+            return [self._restore(s, s.dst, depth)] + self.adjoint_assign(s)
+        if isinstance(s, Call):
+            restores = [self._restore(s, Ref(c), depth) for c in s.outputs]
+            return restores + self.adjoint_call(s)
+        if isinstance(s, For):
+            body = self.reverse_block(s.body, depth + 1)
+            back = For(s.var, s.start, s.stop, s.step, body, reverse=not s.reverse, loc=s.loc)
+            return [back, self._restore(s, Ref(s.var, ()), depth)]
+        if isinstance(s, If):
+            return [If(s.cond, self.reverse_block(s.then, depth), self.reverse_block(s.orelse, depth), s.loc)]
+        if isinstance(s, While):
+            cnt = Container(self.namer("trips"), I64, (), "transient")
+            self.counters[s] = cnt
+            it = Container(self.namer("trip"), I64, (), "transient")
+            body = self.reverse_block(s.body, depth + 1)
+            return [For(it, 0, scalar(cnt), 1, body, reverse=True, loc=s.loc)]
+        raise TypeError(f"cannot reverse {s!r}")
+
+
+def _needs_unbroadcast(src, dst):
+    if len(src) != len(dst):
+        return True
+    for a, b in zip(src, dst):
+        if isinstance(b, Const) and b.value == 1 and not (isinstance(a, Const) and a.value == 1):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- value restoration
+
+
+def _needed_containers(prog, backward, restores, extra_reads):
+    """Forward containers whose values the backward sweep reads (closure over restores)."""
+    forward = set(prog.containers.values())
+    needed = {r.ref.container for r in extra_reads}
+    for s in walk(backward):
+        if isinstance(s, _Restore):
+            continue
+        for r in stmt_reads(s):
+            needed.add(r.ref.container)
+    needed &= forward
+    changed = True
+    while changed:
+        changed = False
+        for r in restores:
+            if r.ref.container in needed:
+                for ie in r.ref.index_exprs():
+                    for rd in iter_reads(ie):
+                        c = rd.ref.container
+                        if c in forward and c not in needed:
+                            needed.add(c)
+                            changed = True
+    return needed
+
+
+def _first_touch(prog):
+    """For each container, the first simple statement (program order) that reads or writes it."""
+    first = {}
+    for s in walk(prog.body):
+        touched = [r.ref.container for r in stmt_reads(s)]
+        if isinstance(s, Assign):
+            touched.append(s.dst.container)
+        elif isinstance(s, Call):
+            touched += list(s.outputs)
+        elif isinstance(s, For):
+            touched.append(s.var)
+        for c in touched:
+            first.setdefault(c, s)
+    return first
+
+
+def _walk_with_backward(stmts, fn):
+    """Rebuild a backward block, mapping each _Restore through ``fn`` (None drops it)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, _Restore):
+            r = fn(s)
+            if r is not None:
+                out.append(r)
+        elif isinstance(s, For):
+            body = _walk_with_backward(s.body, fn)
+            if body:
+                out.append(For(s.var, s.start, s.stop, s.step, body, s.reverse, s.loc))
+        elif isinstance(s, If):
+            then, orelse = _walk_with_backward(s.then, fn), _walk_with_backward(s.orelse, fn)
+            if then or orelse:
+                out.append(If(s.cond, then, orelse, s.loc))
+        else:
+            out.append(s)
+    return out
+
+
+def _instrument_forward(stmts, pushes, counters):
+    """The forward body with Push statements before the writes that must be restored."""
+    out = []
+    for s in stmts:
+        for p in pushes.get(id(s), ()):
+            out.append(p)
+        if isinstance(s, For):
+            out.append(For(s.var, s.start, s.stop, s.step, _instrument_forward(s.body, pushes, counters),
+                           s.reverse, s.loc))
+        elif isinstance(s, If):
+            out.append(If(s.cond, _instrument_forward(s.then, pushes, counters),
+                          _instrument_forward(s.orelse, pushes, counters), s.loc))
+        elif isinstance(s, While):
+            body = _instrument_forward(s.body, pushes, counters)
+            cnt = counters.get(s)
+            if cnt is not None:
+                out.append(Assign(Ref(cnt, ()), Const(0)))
+                body.append(Assign(Ref(cnt, ()), Const(1), accumulate=True))
+            out.append(While(s.cond, body, s.loc))
+        else:
+            out.append(s)
+    return out
+
+
+class GradProgram:
+    """A forward program instrumented with pushes, its backward sweep, and the adjoint containers."""
+
+    def __init__(self, forward, backward, grads, cotangent, containers, tapes, counters):
+        self.counters = counters
+        self.forward, self.backward = forward, backward
+        self.grads, self.cotangent = grads, cotangent
+        self.containers, self.tapes = containers, tapes
+
+
+def _record_conditions(stmts, namer, containers):
+    """Give every branch a condition the backward sweep can replay: a container assigned just
+    before the If and not changed by its branches (the restore mechanism keeps its value)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, If):
+            then = _record_conditions(s.then, namer, containers)
+            orelse = _record_conditions(s.orelse, namer, containers)
+            cond = s.cond
+            written = {r.container for t in walk(then + orelse) for r in stmt_writes(t)}
+            if not (isinstance(cond, Read) and cond.ref.container.ndim == 0
+                    and cond.ref.container not in written):
+                c = Container(namer("branch"), cond.dtype, (), "transient")
+                containers[c.name] = c
+                out.append(Assign(Ref(c, ()), cond, loc=s.loc))
+                cond = scalar(c)
+            out.append(If(cond, then, orelse, s.loc))
+        elif isinstance(s, For):
+            out.append(For(s.var, s.start, s.stop, s.step, _record_conditions(s.body, namer, containers),
+                           s.reverse, s.loc))
+        elif isinstance(s, While):
+            out.append(While(s.cond, _record_conditions(s.body, namer, containers), s.loc))
+        else:
+            out.append(s)
+    return out
+
+
+def build_reverse(prog: Program, wrt, namer) -> GradProgram:
+    """The adjoint program of ``prog`` for the scalar or array result ``prog.results[0]``."""
+    prog = Program(prog.name, prog.params, _record_conditions(prog.body, namer, prog.containers),
+                   prog.results, prog.containers)
+    result = prog.results[0]
+    b = ReverseBuilder(prog, wrt, result, namer)
+    backward = b.reverse_block(prog.body, 0)
+    top, backward = _place_zero_inits(backward, _zero_inits(b, prog), b)
+    cotangent = Container(namer("cotangent"), result.dtype, result.shape, "arg")
+    if result in b.grads:
+        top.append(Assign(Ref(b.grads[result]), Read(Ref(cotangent))))
+    backward = top + backward
+    needed = _needed_containers(prog, backward, b.restores, [])
+    first = _first_touch(prog)
+
+    tapes, pushes = {}, {}
+
+    def keep(r: _Restore):
+        c = r.ref.container
+        if c not in needed:
+            return None
+        if c.kind == "transient" and b.loop_depth[id(r)] == 0 and first.get(c) is r.stmt:
+            return None
+        tape = tapes.get(c)
+        if tape is None:
+            tape = tapes[c] = Container(namer("tape_" + c.name), c.dtype, (), "tape")
+        rebinds = (isinstance(r.stmt, Assign) and not r.stmt.accumulate and r.ref.is_whole()
+                   or isinstance(r.stmt, Call) and not CALLS[r.stmt.op].inplace)
+        pushes.setdefault(id(r.stmt), []).append(Push(tape, r.ref, getattr(r.stmt, "loc", None),
+                                                      copy=not rebinds))
+        return Pop(tape, r.ref, getattr(r.stmt, "loc", None))
+
+    backward = _walk_with_backward(backward, keep)
+    forward = _instrument_forward(prog.body, pushes, b.counters)
+    containers = dict(prog.containers)
+    containers[cotangent.name] = cotangent
+    for c in list(b.grads.values()) + b.temps + list(tapes.values()) + list(b.counters.values()):
+        containers[c.name] = c
+    for s in walk(backward):
+        if isinstance(s, For):
+            containers[s.var.name] = s.var
+    return GradProgram(forward, backward, b.grads, cotangent, containers, tapes,
+                       list(b.counters.values()))
+
+
+def _zero_inits(b: ReverseBuilder, prog: Program):
+    """Where each adjoint is zeroed: at the start of the backward sweep, or at the start of the
+    reversed body of the innermost loop its shape varies in."""
+    varying = {}
+    for s in walk(prog.body):
+        if isinstance(s, (For, While)):
+            written = {s.var} if isinstance(s, For) else set()
+            for t in walk(s.body):
+                if isinstance(t, Assign):
+                    written.add(t.dst.container)
+                elif isinstance(t, Call):
+                    written |= set(t.outputs)
+                elif isinstance(t, For):
+                    written.add(t.var)
+            varying[s] = written
+    placement = {}
+    for c, g in b.grads.items():
+        deps = {r.ref.container for d in c.shape for r in iter_reads(d)}
+        loop = None
+        for enclosing in _loops_around_first_write(prog.body, c) or ():
+            if varying[enclosing] & deps:
+                loop = enclosing
+        placement.setdefault(loop, []).append(Assign(Ref(g), Const(0.0)))
+    return placement
+
+
+def _loops_around_first_write(stmts, c, path=()):
+    """The loops enclosing the first write of ``c`` (outermost first), or None."""
+    for s in stmts:
+        if isinstance(s, Assign) and s.dst.container is c or isinstance(s, Call) and c in s.outputs:
+            return path
+        inner = path + (s,) if isinstance(s, (For, While)) else path
+        for body in ((s.body,) if isinstance(s, (For, While)) else
+                     (s.then, s.orelse) if isinstance(s, If) else ()):
+            found = _loops_around_first_write(body, c, inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _place_zero_inits(backward, placement, b):
+    top = placement.pop(None, [])
+
+    def visit(stmts, forward_loops):
+        out = []
+        for s in stmts:
+            if isinstance(s, For):
+                body = visit(s.body, forward_loops)
+                src = forward_loops.get(id(s))
+                out.append(For(s.var, s.start, s.stop, s.step, placement.get(src, []) + body if src else body,
+                               s.reverse, s.loc))
+            elif isinstance(s, If):
+                out.append(If(s.cond, visit(s.then, forward_loops), visit(s.orelse, forward_loops), s.loc))
+            else:
+                out.append(s)
+        return out
+
+    # map each backward loop to its forward loop: a For over the same var, or a While's trips
+    fmap = {}
+    for s in walk(backward):
+        if isinstance(s, For):
+            for fwd in placement:
+                if isinstance(fwd, For) and fwd.var is s.var:
+                    fmap[id(s)] = fwd
+                elif isinstance(fwd, While) and b.counters.get(fwd) is not None and \
+                        isinstance(s.stop, Read) and s.stop.ref.container is b.counters[fwd]:
+                    fmap[id(s)] = fwd
+    return top, visit(backward, fmap)
+
+
+__all__ = ["activity", "build_reverse", "GradProgram", "same_expr", "NewAxis"]

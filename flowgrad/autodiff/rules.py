@@ -1,0 +1,355 @@
+"""The derivative-rule table: one entry per primitive, next to its forward semantics and cost.
+
+Elementwise primitives give their partial derivatives as IR expressions; tangent and adjoint
+code both follow from them. Non-elementwise ``Call`` operations give their forward semantics
+(a NumPy expression for the reference backend), their cost and their adjoint (vjp).
+``coverage()`` lists what the table knows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.core import (ELEMENTWISE, Assign, Call, Const, Index, NewAxis, Read, Ref, Slice, op,
+                       const_value)
+
+# ------------------------------------------------------------- elementwise partials
+# Each entry: (g, out, *args) -> one adjoint expression per operand (None: no derivative).
+
+
+def _sq(x):
+    return x * x
+
+
+PARTIALS = {
+    "add": lambda g, out, a, b: (g, g),
+    "subtract": lambda g, out, a, b: (g, -g),
+    "multiply": lambda g, out, a, b: (g * b, g * a),
+    "divide": lambda g, out, a, b: (g / b, -g * a / _sq(b)),
+    "power": lambda g, out, a, b: (
+        g * b * op("power", a, b - 1),
+        g * op("log", op("where", op("greater", a, 0), a, 1)) * out),
+    "maximum": lambda g, out, a, b: (op("where", op("greater_equal", a, b), g, 0.0),
+                                     op("where", op("less", a, b), g, 0.0)),
+    "minimum": lambda g, out, a, b: (op("where", op("less_equal", a, b), g, 0.0),
+                                     op("where", op("greater", a, b), g, 0.0)),
+    "arctan2": lambda g, out, y, x: (g * x / (_sq(x) + _sq(y)), -g * y / (_sq(x) + _sq(y))),
+    "hypot": lambda g, out, a, b: (g * a / out, g * b / out),
+    "negative": lambda g, out, a: (-g,),
+    "abs": lambda g, out, a: (g * op("sign", a),),
+    "square": lambda g, out, a: (g * 2.0 * a,),
+    "exp": lambda g, out, a: (g * out,),
+    "expm1": lambda g, out, a: (g * (out + 1.0),),
+    "log": lambda g, out, a: (g / a,),
+    "log1p": lambda g, out, a: (g / (a + 1.0),),
+    "log2": lambda g, out, a: (g / (a * float(np.log(2.0))),),
+    "log10": lambda g, out, a: (g / (a * float(np.log(10.0))),),
+    "sqrt": lambda g, out, a: (g * 0.5 / out,),
+    "sin": lambda g, out, a: (g * op("cos", a),),
+    "cos": lambda g, out, a: (-g * op("sin", a),),
+    "tan": lambda g, out, a: (g * (_sq(out) + 1.0),),
+    "arcsin": lambda g, out, a: (g / op("sqrt", 1.0 - _sq(a)),),
+    "arccos": lambda g, out, a: (-g / op("sqrt", 1.0 - _sq(a)),),
+    "arctan": lambda g, out, a: (g / (_sq(a) + 1.0),),
+    "sinh": lambda g, out, a: (g * op("cosh", a),),
+    "cosh": lambda g, out, a: (g * op("sinh", a),),
+    "tanh": lambda g, out, a: (g * (1.0 - _sq(out)),),
+    "where": lambda g, out, c, a, b: (None, op("where", c, g, 0.0), op("where", c, 0.0, g)),
+    "float64": lambda g, out, a: (g,),
+    "float32": lambda g, out, a: (g,),
+}
+# Piecewise-constant or boolean results: derivative zero almost everywhere, so no adjoint flows.
+ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "floor_divide", "mod", "less", "less_equal",
+                   "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
+                   "logical_not", "isnan", "isfinite", "int64", "int32", "bool"}
+# FLOPs per element; transcendental functions count as several.
+ELEMENTWISE_FLOPS = {n: (8 if ELEMENTWISE[n][1] == "float" and n != "divide" else 1) for n in ELEMENTWISE}
+
+
+# ------------------------------------------------------------- non-elementwise operations
+
+
+class CallRule:
+    """A Call op: NumPy forward semantics, cost in FLOPs, and its adjoint.
+
+    numpy(ins, attrs) -> source of a NumPy expression producing a fresh array (or tuple).
+    vjp(ctx, call, gouts) -> statements accumulating into the inputs' adjoints.
+    inplace: outputs[0] is also read and updated (not overwritten wholesale).
+    """
+
+    def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc=""):
+        self.numpy, self.vjp, self.inplace, self.doc = numpy, vjp, inplace, doc
+        self.flops = flops or (lambda call, size: size(call.outputs[0].shape))
+
+
+def _axes_items(ndim, axes):
+    """Ref items re-inserting reduced axes as NewAxis, for broadcasting a reduction's adjoint."""
+    return [NewAxis() if k in axes else None for k in range(ndim)]
+
+
+def _expand(ref_container, in_ndim, axes, keepdims):
+    """A Read of a reduction's output (or adjoint) broadcastable against its input."""
+    if keepdims or not axes:
+        return Read(Ref(ref_container))
+    items, it = [], iter(Ref(ref_container).items)
+    for k in range(in_ndim):
+        items.append(NewAxis() if k in axes else next(it))
+    return Read(Ref(ref_container, items))
+
+
+def _vjp_sum(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    axes, keep = call.attrs["axis"], call.attrs["keepdims"]
+    axes = tuple(range(len(x.shape))) if axes is None else axes
+    return ctx.accumulate(x, _expand(g, len(x.shape), axes, keep))
+
+
+def _vjp_prod(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    axes, keep = call.attrs["axis"], call.attrs["keepdims"]
+    axes = tuple(range(len(x.shape))) if axes is None else axes
+    out = _expand(call.outputs[0], len(x.shape), axes, keep)
+    return ctx.accumulate(x, _expand(g, len(x.shape), axes, keep) * out / x)
+
+
+def _vjp_extreme(ctx, call, gouts):
+    """max/min: the adjoint is shared equally among the positions that attain the extreme."""
+    (x,), (g,) = call.inputs, gouts
+    axes, keep = call.attrs["axis"], call.attrs["keepdims"]
+    axes = tuple(range(len(x.shape))) if axes is None else axes
+    hit = op("float64", op("equal", x, _expand(call.outputs[0], len(x.shape), axes, keep)))
+    count = ctx.temp(call.outputs[0].shape, np.float64, "count")
+    stmts = [Call("sum", [hit], [count], {"axis": call.attrs["axis"], "keepdims": keep})]
+    share = _expand(g, len(x.shape), axes, keep) / _expand(count, len(x.shape), axes, keep)
+    return stmts + ctx.accumulate(x, hit * share)
+
+
+def _swap_last(r):
+    """The Read ``r`` with its last two axes swapped (a view, no copy)."""
+    n = len(r.shape)
+    perm = list(range(n))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    base = r.ref.perm or tuple(range(n))
+    return Read(Ref(r.ref.container, r.ref.items, tuple(base[p] for p in perm)))
+
+
+def _vjp_matmul(ctx, call, gouts):
+    (a, b), (g,) = call.inputs, gouts
+    ga, gb = Read(Ref(g)), Read(Ref(g))
+    stmts = []
+    na, nb = len(a.shape), len(b.shape)
+    if na == 1 and nb == 1:
+        return ctx.accumulate(a, ga * b) + ctx.accumulate(b, gb * a)
+    if ctx.active(a):
+        if nb == 1:       # (..., n, k) @ (k,) -> (..., n): ga = g[..., None] * b
+            contrib = Read(Ref(g, list(Ref(g).items) + [NewAxis()])) * b
+            stmts += ctx.accumulate(a, contrib)
+        elif na == 1:     # (k,) @ (..., k, m) -> (..., m): ga = b @ g
+            stmts += ctx.via_temp(a, "matmul", [b, ga])
+        else:
+            stmts += ctx.via_temp(a, "matmul", [ga, _swap_last(b)])
+    if ctx.active(b):
+        if na == 1:       # (k,) @ (..., k, m): gb = a[:, None] * g[..., None, :]
+            items = list(Ref(g).items)
+            gexp = Read(Ref(g, items[:-1] + [NewAxis()] + items[-1:]))
+            aexp = Read(Ref(a.ref.container, list(a.ref.items) + [NewAxis()], None)) if a.ref.perm is None \
+                else None
+            if aexp is None:
+                raise NotImplementedError("matmul adjoint of a permuted vector")
+            stmts += ctx.accumulate(b, aexp * gexp)
+        elif nb == 1:     # (..., n, k) @ (k,): gb = sum over batch and n of a * g[..., None]
+            contrib = a * Read(Ref(g, list(Ref(g).items) + [NewAxis()]))
+            stmts += ctx.accumulate(b, contrib)
+        else:
+            stmts += ctx.via_temp(b, "matmul", [_swap_last(a), gb])
+    return stmts
+
+
+def _vjp_solve(ctx, call, gouts):
+    (a, b), (g,) = call.inputs, gouts
+    x = call.outputs[0]
+    gb = ctx.temp(x.shape, x.dtype, "gsolve")
+    stmts = [Call("solve", [_swap_last(a), Read(Ref(g))], [gb])]
+    stmts += ctx.accumulate(b, Read(Ref(gb)))
+    if ctx.active(a):
+        if len(b.shape) == 1:
+            items = list(Ref(gb).items)
+            contrib = -(Read(Ref(gb, items + [NewAxis()])) * Read(Ref(x, [NewAxis()] + list(Ref(x).items))))
+            stmts += ctx.accumulate(a, contrib)
+        else:
+            xt = _swap_last(Read(Ref(x)))
+            stmts += ctx.via_temp(a, "matmul", [Read(Ref(gb)), xt], scale=-1.0)
+    return stmts
+
+
+def _vjp_reshape(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    return ctx.via_temp(x, "reshape", [Read(Ref(g))], attrs={"shape": x.shape})
+
+
+def _vjp_cumsum(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    axis = call.attrs["axis"]
+    t = ctx.temp(g.shape, g.dtype, "gcum")
+    flip = [Slice(d - 1, d, -1) if k == axis else Slice(0, d, 1) for k, d in enumerate(g.shape)]
+    return [Call("cumsum", [Read(Ref(g, flip))], [t], {"axis": axis})] + \
+        ctx.accumulate(x, Read(Ref(t, [Slice(d - 1, d, -1) if k == axis else Slice(0, d, 1)
+                                        for k, d in enumerate(g.shape)])))
+
+
+def _vjp_tri(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    return ctx.via_temp(x, call.op, [Read(Ref(g))], attrs=dict(call.attrs))
+
+
+def _vjp_einsum(ctx, call, gouts):
+    (g,), stmts = gouts, []
+    for k, x in enumerate(call.inputs):
+        if ctx.active(x):
+            stmts += ctx.via_temp(x, "einsum_vjp", [Read(Ref(g))] + list(call.inputs),
+                                  attrs={"subscripts": call.attrs["subscripts"], "k": k})
+    return stmts
+
+
+def _vjp_gather(ctx, call, gouts):
+    x, *idx = call.inputs
+    (g,) = gouts
+    gx = ctx.grad_ref(x)
+    if gx is None:
+        return []
+    if not x.ref.is_whole():
+        raise NotImplementedError("gather from a view")
+    return [Call("add_at", [Read(Ref(g))] + idx, [gx.container], dict(call.attrs))]
+
+
+def _vjp_add_at(ctx, call, gouts):
+    y = call.outputs[0]
+    v, *idx = call.inputs
+    t = ctx.temp(v.shape, y.dtype, "gidx")
+    return [Call("gather", [Read(Ref(gouts[0]))] + idx, [t], dict(call.attrs))] + \
+        ctx.accumulate(v, Read(Ref(t)))
+
+
+def _vjp_scatter(ctx, call, gouts):
+    """y[idx] = v: v receives y's adjoint at the positions it won (NumPy: the last write), then
+    those positions of y's adjoint are cleared."""
+    y = call.outputs[0]
+    v, *idx = call.inputs
+    gy = gouts[0]
+    stmts = []
+    if ctx.active(v):
+        t = ctx.temp(call.attrs["value_shape"], y.dtype, "gscat")
+        stmts.append(Call("gather_last", [Read(Ref(gy))] + idx, [t], dict(call.attrs)))
+        stmts += ctx.accumulate(v, Read(Ref(t)))
+    stmts.append(Call("scatter", [Const(0.0)] + idx, [gy], dict(call.attrs)))
+    return stmts
+
+
+def _vjp_mask_gather(ctx, call, gouts):
+    x, m = call.inputs
+    gx = ctx.grad_ref(x)
+    if gx is None:
+        return []
+    return [Call("mask_add", [Read(Ref(gouts[0])), m], [gx.container])]
+
+
+def _vjp_mask_scatter(ctx, call, gouts):
+    v, m = call.inputs
+    stmts = []
+    if ctx.active(v):
+        t = ctx.temp(v.shape, v.dtype, "gmask")
+        stmts.append(Call("mask_gather", [Read(Ref(gouts[0])), m], [t]))
+        stmts += ctx.accumulate(v, Read(Ref(t)))
+    stmts.append(Call("mask_scatter", [Const(0.0), m], [gouts[0]]))
+    return stmts
+
+
+def _vjp_sum_to(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    return ctx.accumulate(x, Read(Ref(g)))
+
+
+def _red(name):
+    def numpy(ins, attrs):
+        return f"np.{name}({ins[0]}, axis={attrs['axis']!r}, keepdims={attrs['keepdims']!r})"
+    return numpy
+
+
+def _tuple_src(items):
+    return "(" + "".join(f"{x}, " for x in items) + ")"
+
+
+def _gather_index(ins, attrs):
+    """Source of a NumPy index tuple from a gather/scatter spec (arrays, ints and slices)."""
+    parts, arrays = [], iter(ins)
+    for kind, *rest in attrs["spec"]:
+        if kind == "array":
+            parts.append(next(arrays))
+        elif kind == "int":
+            parts.append(rest[0])
+        else:
+            parts.append("slice(%s, %s, %s)" % tuple(rest))
+    return "(" + ", ".join(parts) + ",)"
+
+
+CALLS = {
+    "sum": CallRule(_red("sum"), _vjp_sum, doc="sum over axes"),
+    "prod": CallRule(_red("prod"), _vjp_prod, doc="product over axes"),
+    "max": CallRule(_red("max"), _vjp_extreme, doc="maximum over axes"),
+    "min": CallRule(_red("min"), _vjp_extreme, doc="minimum over axes"),
+    "argmax": CallRule(lambda i, a: f"np.argmax({i[0]}, axis={a['axis']!r})", doc="index of maximum"),
+    "argmin": CallRule(lambda i, a: f"np.argmin({i[0]}, axis={a['axis']!r})", doc="index of minimum"),
+    "matmul": CallRule(lambda i, a: f"np.matmul({i[0]}, {i[1]})", _vjp_matmul,
+                       flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
+                       doc="matrix product (BLAS)"),
+    "solve": CallRule(lambda i, a: f"np.linalg.solve({i[0]}, {i[1]})", _vjp_solve,
+                      flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]),
+                      doc="linear solve (LAPACK)"),
+    "reshape": CallRule(lambda i, a: f"np.reshape({i[0]}, {_tuple_src(a['shape'])}).copy()", _vjp_reshape,
+                        doc="reshape (copy)"),
+    "cumsum": CallRule(lambda i, a: f"np.cumsum({i[0]}, axis={a['axis']!r})", _vjp_cumsum,
+                       doc="cumulative sum"),
+    "triu": CallRule(lambda i, a: f"np.triu({i[0]}, {a['k']})", _vjp_tri, doc="upper triangle"),
+    "tril": CallRule(lambda i, a: f"np.tril({i[0]}, {a['k']})", _vjp_tri, doc="lower triangle"),
+    "einsum": CallRule(lambda i, a: f"np.einsum({a['subscripts']!r}, {', '.join(i)}, optimize=True)",
+                       _vjp_einsum, doc="Einstein summation"),
+    "einsum_vjp": CallRule(lambda i, a: f"_rt.einsum_vjp({a['subscripts']!r}, {a['k']}, {', '.join(i)})",
+                           doc="adjoint of one einsum operand"),
+    "eye": CallRule(lambda i, a: f"np.eye({a['n']}, {a['m']}, {a['k']})", doc="identity"),
+    "arange": CallRule(lambda i, a: f"np.arange({', '.join(i)})", doc="integer range"),
+    "gather": CallRule(lambda i, a: f"np.array({i[0]}[{_gather_index(i[1:], a)}])", _vjp_gather,
+                       doc="integer-array indexing x[idx]"),
+    "gather_last": CallRule(lambda i, a: f"_rt.gather_last({i[0]}, {_gather_index(i[1:], a)})",
+                            doc="gather where only the last duplicate index receives a value"),
+    "add_at": CallRule(lambda i, a: f"np.add.at({{out}}, {_gather_index(i[1:], a)}, {i[0]})",
+                       _vjp_add_at, inplace=True, doc="np.add.at(y, idx, v): accumulate at indices"),
+    "scatter": CallRule(lambda i, a: f"{{out}}[{_gather_index(i[1:], a)}] = {i[0]}", _vjp_scatter,
+                        inplace=True, doc="y[idx] = v with integer arrays (last write wins)"),
+    "mask_gather": CallRule(lambda i, a: f"{i[0]}[{i[1]}]", _vjp_mask_gather,
+                            doc="boolean-mask read x[m]"),
+    "mask_scatter": CallRule(lambda i, a: f"{{out}}[{i[1]}] = {i[0]}", _vjp_mask_scatter, inplace=True,
+                             doc="boolean-mask write y[m] = v"),
+    "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", inplace=True,
+                         doc="boolean-mask accumulate y[m] += v"),
+    "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])})", _vjp_sum_to,
+                       doc="sum a broadcast adjoint back to an operand's shape"),
+}
+
+
+def coverage() -> str:
+    """A readable list of every primitive the rule table covers."""
+    lines = ["elementwise (partials):"]
+    for name in sorted(ELEMENTWISE):
+        kind = "partials" if name in PARTIALS else ("zero" if name in ZERO_DERIVATIVE else "MISSING")
+        lines.append(f"  {name:14s} {kind}")
+    lines.append("calls (adjoint):")
+    for name, rule in sorted(CALLS.items()):
+        lines.append(f"  {name:14s} {'vjp' if rule.vjp else 'no adjoint (integer/internal)'}  {rule.doc}")
+    return "\n".join(lines)
+
+
+def const_int(e):
+    v = const_value(e)
+    return v if isinstance(v, int) else None
+
+
+__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "CALLS", "CallRule", "coverage", "Index", "Assign"]

@@ -1,0 +1,287 @@
+"""Reference backend: the IR as readable, vectorised NumPy source.
+
+Whole-container writes rebind a fresh array and partial writes update in place, so no two
+containers ever share memory at run time; a tape entry for a rebinding write can therefore
+hold the old array itself rather than a copy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autodiff.rules import CALLS
+from ..ir.core import (Assign, Call, Const, Expr, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
+                       While, const_value)
+
+_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
+          "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
+          "greater_equal": ">=", "equal": "==", "not_equal": "!="}
+_NP_NAME = {"abs": "absolute", "logical_and": "logical_and", "logical_or": "logical_or"}
+_SCALAR_TYPE = {"f": "np.{}", "i": "int", "u": "int", "b": "bool"}
+
+
+def dtype_src(dt) -> str:
+    return f"np.{np.dtype(dt).name}"
+
+
+def _scalar_ctor(dt) -> str:
+    dt = np.dtype(dt)
+    return f"np.{dt.name}" if dt.kind == "f" else _SCALAR_TYPE[dt.kind]
+
+
+def expr_src(e) -> str:
+    if isinstance(e, Const):
+        v = e.value
+        if isinstance(v, float) and not np.isfinite(v):
+            return f"np.float64({str(v)!r})"
+        return repr(v)
+    if isinstance(e, Read):
+        return ref_src(e.ref)
+    if isinstance(e, Op):
+        args = [expr_src(a) for a in e.args]
+        if e.name in _INFIX:
+            return f"({args[0]} {_INFIX[e.name]} {args[1]})"
+        if e.name == "negative":
+            return f"(-{args[0]})"
+        if e.name in ("float64", "float32", "int64", "int32", "bool"):
+            if e.shape == ():
+                return f"{_scalar_ctor(e.dtype)}({args[0]})"
+            return f"np.asarray({args[0]}).astype({dtype_src(e.dtype)})"
+        if e.shape == () and e.name in ("logical_and", "logical_or", "logical_not"):
+            word = {"logical_and": "and", "logical_or": "or"}.get(e.name)
+            return f"(not {args[0]})" if word is None else f"({args[0]} {word} {args[1]})"
+        if e.name == "round":
+            return f"np.round({args[0]})"
+        return f"np.{_NP_NAME.get(e.name, e.name)}({', '.join(args)})"
+    raise TypeError(f"cannot emit {e!r}")
+
+
+def _slice_src(it: Slice) -> str:
+    start, size, step = it.start, it.size, it.step
+    s0, n, st = const_value(start), const_value(size), const_value(step)
+    if st is not None and st < 0:
+        if s0 is not None and n is not None:
+            stop = s0 + n * st
+            stop_src = "" if stop < 0 else str(stop)
+        else:
+            stop_src = f"_rt.slice_stop({expr_src(start + size * step)})"
+        return f"{expr_src(start)}:{stop_src}:{expr_src(step)}"
+    stop = expr_src(start + size * step) if st != 1 else expr_src(start + size)
+    text = f"{'' if s0 == 0 else expr_src(start)}:{stop}"
+    if st != 1:
+        text += f":{expr_src(step)}"
+    return text
+
+
+def ref_src(r) -> str:
+    c = r.container
+    if c.ndim == 0 and not r.items:
+        return c.name
+    if r.is_whole():
+        return c.name
+    parts = []
+    for it in r.items:
+        if isinstance(it, Index):
+            parts.append(expr_src(it.at))
+        elif isinstance(it, NewAxis):
+            parts.append("None")
+        else:
+            parts.append(_slice_src(it))
+    text = f"{c.name}[{', '.join(parts)}]" if parts else c.name
+    if r.perm is not None:
+        text += f".transpose({', '.join(map(str, r.perm))})"
+    return text
+
+
+def shape_src(shape) -> str:
+    return "(" + "".join(f"{expr_src(d)}, " for d in shape) + ")"
+
+
+def _attr_src(v):
+    if isinstance(v, Expr):
+        return expr_src(v)
+    if isinstance(v, tuple):
+        return tuple(_attr_src(x) for x in v)
+    return v
+
+
+class Emitter:
+    def __init__(self):
+        self.lines = []
+
+    def line(self, text, indent):
+        self.lines.append("    " * indent + text)
+
+    def block(self, stmts, indent):
+        if not stmts:
+            self.line("pass", indent)
+        for s in stmts:
+            self.stmt(s, indent)
+
+    def stmt(self, s, ind):
+        if isinstance(s, Assign):
+            self.assign(s, ind)
+        elif isinstance(s, Call):
+            self.call(s, ind)
+        elif isinstance(s, For):
+            rng = f"range({expr_src(s.start)}, {expr_src(s.stop)}, {expr_src(s.step)})"
+            if const_value(s.step) == 1:
+                rng = f"range({expr_src(s.start)}, {expr_src(s.stop)})"
+            self.line(f"for {s.var.name} in {'reversed(' + rng + ')' if s.reverse else rng}:", ind)
+            self.block(s.body, ind + 1)
+        elif isinstance(s, While):
+            self.line(f"while {expr_src(s.cond)}:", ind)
+            self.block(s.body, ind + 1)
+        elif isinstance(s, If):
+            self.line(f"if {expr_src(s.cond)}:", ind)
+            self.block(s.then, ind + 1)
+            if s.orelse:
+                self.line("else:", ind)
+                self.block(s.orelse, ind + 1)
+        elif isinstance(s, Push):
+            src = ref_src(s.ref)
+            if s.ref.container.ndim and (not s.ref.is_whole() or s.copy):
+                src += ".copy()"
+            self.line(f"{s.tape.name}.append({src})", ind)
+        elif isinstance(s, Pop):
+            if s.ref.container.ndim == 0 or s.ref.is_whole():
+                self.line(f"{s.ref.container.name} = {s.tape.name}.pop()", ind)
+            else:
+                self.line(f"{ref_src(s.ref)} = {s.tape.name}.pop()", ind)
+        else:
+            raise TypeError(f"cannot emit {s!r}")
+
+    def assign(self, s: Assign, ind):
+        c, rhs = s.dst.container, expr_src(s.expr)
+        if c.ndim == 0:
+            if s.accumulate:
+                self.line(f"{c.name} += {rhs}", ind)
+            else:
+                self.line(f"{c.name} = {_scalar_ctor(c.dtype)}({rhs})", ind)
+            return
+        if s.dst.is_whole() and not s.accumulate:
+            shape = c.shape
+            if _same_shape(s.expr.shape, shape):
+                fn = "np.array" if isinstance(s.expr, Read) else "np.asarray"
+                self.line(f"{c.name} = {fn}({rhs}, dtype={dtype_src(c.dtype)})", ind)
+            else:
+                self.line(f"{c.name} = np.full({shape_src(shape)}, {rhs}, dtype={dtype_src(c.dtype)})", ind)
+            return
+        self.line(f"{ref_src(s.dst)} {'+=' if s.accumulate else '='} {rhs}", ind)
+
+    def call(self, s: Call, ind):
+        rule = CALLS[s.op]
+        ins = [expr_src(e) for e in s.inputs]
+        attrs = {k: _attr_src(v) for k, v in s.attrs.items()}
+        src = rule.numpy(ins, attrs)
+        if rule.inplace:
+            self.line(src.format(out=s.outputs[0].name), ind)
+            return
+        out = s.outputs[0]
+        if out.ndim == 0:
+            src = f"{_scalar_ctor(out.dtype)}({src})"
+        elif np.dtype(out.dtype) != np.float64 or s.op in ("sum_to",):
+            src = f"np.asarray({src}, dtype={dtype_src(out.dtype)})"
+        self.line(f"{out.name} = {src}", ind)
+
+
+def _same_shape(a, b):
+    from ..ir.core import same_expr
+    return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
+
+
+def _init_lines(containers, skip):
+    lines = []
+    for c in sorted(containers, key=lambda c: c.name):
+        if c.name in skip:
+            continue
+        if c.kind == "tape":
+            lines.append(f"{c.name} = []")
+        elif c.ndim == 0:
+            lines.append(f"{c.name} = {_scalar_ctor(c.dtype)}(0)")
+        else:
+            lines.append(f"{c.name} = None")
+    return lines
+
+
+def _param_lines(params):
+    lines = []
+    for p in params:
+        if p.ndim == 0:
+            lines.append(f"{p.name} = {_scalar_ctor(p.dtype)}({p.name})")
+        else:
+            lines.append(f"{p.name} = np.array({p.name}, dtype={dtype_src(p.dtype)})")
+    return lines
+
+
+HEADER = "import numpy as np\nfrom flowgrad.backends import runtime as _rt\n\n\n"
+
+
+def emit_forward(prog) -> str:
+    """Source of ``def <name>(*params)`` returning the program's result."""
+    e = Emitter()
+    names = ", ".join(p.name for p in prog.params)
+    e.line(f"def {prog.name}({names}):", 0)
+    for ln in _param_lines(prog.params):
+        e.line(ln, 1)
+    for ln in _init_lines([c for c in prog.containers.values() if c.kind != "arg"], set()):
+        e.line(ln, 1)
+    e.block(prog.body, 1)
+    e.line(f"return {prog.results[0].name}", 1)
+    return HEADER + "\n".join(e.lines) + "\n"
+
+
+def emit_vjp(prog, gp, wrt) -> str:
+    """Source of ``def <name>_vjp(*params)`` returning ``(result, pullback)``.
+
+    The forward sweep runs at once; ``pullback(cotangent)`` runs the backward sweep over the
+    forward's own variables (restoring overwritten values from the tapes) and returns the
+    adjoints of ``wrt``.
+    """
+    e = Emitter()
+    names = ", ".join(p.name for p in prog.params)
+    e.line(f"def {prog.name}_vjp({names}):", 0)
+    for ln in _param_lines(prog.params):
+        e.line(ln, 1)
+    fwd_containers = [c for c in prog.containers.values() if c.kind != "arg"] + list(gp.tapes.values())
+    for ln in _init_lines(fwd_containers, set()):
+        e.line(ln, 1)
+    counters = gp.counters
+    for ln in _init_lines(counters, set()):
+        e.line(ln, 1)
+    e.block(gp.forward, 1)
+    e.line("", 1)
+    e.line(f"def pullback({gp.cotangent.name}):", 1)
+    shared = [c.name for c in fwd_containers + counters + list(prog.params)]
+    if shared:
+        e.line(f"nonlocal {', '.join(sorted(set(shared)))}", 2)
+    ct = gp.cotangent
+    if ct.ndim == 0:
+        e.line(f"{ct.name} = {_scalar_ctor(ct.dtype)}({ct.name})", 2)
+    else:
+        e.line(f"{ct.name} = np.asarray({ct.name}, dtype={dtype_src(ct.dtype)})", 2)
+    local = [c for c in gp.containers.values()
+             if c not in prog.containers.values() and c not in counters and c is not ct
+             and c.kind != "tape"]
+    for ln in _init_lines(local, set()):
+        e.line(ln, 2)
+    e.block(gp.backward, 2)
+    outs = []
+    for w in wrt:
+        g = gp.grads.get(w)
+        if g is None:
+            outs.append(f"np.zeros({shape_src(w.shape)}, dtype={dtype_src(w.dtype)})" if w.ndim
+                        else f"{_scalar_ctor(w.dtype)}(0.0)")
+        else:
+            outs.append(g.name)
+    e.line(f"return ({''.join(o + ', ' for o in outs)})", 2)
+    e.line("", 1)
+    e.line(f"return {prog.results[0].name}, pullback", 1)
+    return HEADER + "\n".join(e.lines) + "\n"
+
+
+def compile_source(src: str, name: str, filename: str):
+    """Execute generated source and return the function ``name``."""
+    namespace = {}
+    code = compile(src, filename, "exec")
+    exec(code, namespace)  # noqa: S102 - our own generated source
+    return namespace[name]

@@ -1,0 +1,55 @@
+"""Small helpers the generated NumPy source calls (imported there as ``_rt``)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def sum_to(x, shape):
+    """Sum a broadcast array back down to ``shape`` (the adjoint of broadcasting)."""
+    x = np.asarray(x)
+    shape = tuple(int(d) for d in shape)
+    lead = x.ndim - len(shape)
+    if lead > 0:
+        x = x.sum(axis=tuple(range(lead)))
+    axes = tuple(k for k, d in enumerate(shape) if d == 1 and x.shape[k] != 1)
+    if axes:
+        x = x.sum(axis=axes, keepdims=True)
+    return np.broadcast_to(x, shape).copy() if x.shape != shape else x
+
+
+def slice_stop(stop):
+    """A negative-step slice that runs to the start of the axis has no stop (``None``)."""
+    return None if stop < 0 else stop
+
+
+def gather_last(g, index):
+    """``g[index]`` where, among duplicate target positions, only the last one receives the value.
+
+    This is the adjoint of NumPy's ``y[idx] = v``: with repeated indices the last write wins,
+    so only that element of ``v`` influences ``y``.
+    """
+    probe = np.zeros(g.shape, dtype=np.int64)
+    where = np.broadcast_to(np.asarray(probe[index]), np.asarray(probe[index]).shape)
+    order = np.arange(where.size, dtype=np.int64).reshape(where.shape) + 1
+    probe[index] = order
+    winner = probe[index] == order
+    return np.where(winner, g[index], 0.0)
+
+
+def einsum_vjp(subscripts, k, g, *operands):
+    """The adjoint of operand ``k`` of ``np.einsum(subscripts, *operands)`` given the output's ``g``."""
+    inputs, output = subscripts.replace(" ", "").split("->")
+    terms = inputs.split(",")
+    target = terms[k]
+    if len(set(target)) != len(target):
+        raise NotImplementedError("einsum adjoint with a repeated index inside one operand")
+    others = [t for j, t in enumerate(terms) if j != k]
+    present = set(output).union(*others) if others else set(output)
+    kept = "".join(c for c in target if c in present)
+    spec = ",".join([output] + others) + "->" + kept
+    part = np.einsum(spec, g, *[o for j, o in enumerate(operands) if j != k], optimize=True)
+    if kept != target:
+        shape = operands[k].shape
+        expand = [slice(None) if c in present else None for c in target]
+        part = np.broadcast_to(part[tuple(expand)], shape)
+    return np.array(part, dtype=np.result_type(operands[k], np.float64))

@@ -1,0 +1,311 @@
+"""NumPy indexing in the frontend: basic indexing composes views (Refs); integer-array and
+boolean-mask indexing become gather/scatter Calls with NumPy's exact semantics."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FlowgradError, unsupported
+from ..ir.core import (BOOL, I64, Assign, Call, Const, Expr, Index, NewAxis, Read, Ref, Slice,
+                       broadcast_shapes, const_value, op, scalar)
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) or \
+        isinstance(v, Expr) and v.shape == () and v.dtype.kind in "iu"
+
+
+def _is_array_index(v):
+    return isinstance(v, Expr) and v.shape != () or isinstance(v, np.ndarray) or \
+        isinstance(v, (tuple, list)) and len(v) > 0 and not isinstance(v, str)
+
+
+def _normalize(base_ndim, index, loc):
+    if not isinstance(index, tuple):
+        index = (index,)
+    n_ell = sum(1 for i in index if i is Ellipsis)
+    if n_ell > 1:
+        raise FlowgradError(f"{loc}: an index can only have a single ellipsis")
+    used = sum(1 for i in index if i is not None and i is not Ellipsis and not _is_bool_mask(i))
+    used += sum(len(i.shape) for i in index if _is_bool_mask(i))
+    if used > base_ndim:
+        raise FlowgradError(f"{loc}: too many indices for an array of rank {base_ndim}")
+    out = []
+    for i in index:
+        if i is Ellipsis:
+            out += [slice(None)] * (base_ndim - used)
+        else:
+            out.append(i)
+    if not n_ell:
+        out += [slice(None)] * (base_ndim - used)
+    return out
+
+
+def _is_bool_mask(i):
+    return isinstance(i, Expr) and i.shape != () and i.dtype == BOOL or \
+        isinstance(i, np.ndarray) and i.dtype == np.bool_
+
+
+def _norm_int(i, dim, loc):
+    if isinstance(i, Expr):
+        return i
+    d = const_value(dim)
+    i = int(i)
+    if d is not None:
+        if not -d <= i < d:
+            raise FlowgradError(f"{loc}: index {i} is out of bounds for an axis of size {d}")
+        return Const(i % d)
+    return Const(i) if i >= 0 else dim + i
+
+
+def norm_slice(s: slice, dim, loc):
+    """(start, size, step) of a Python slice over an axis of length ``dim``."""
+    step = 1 if s.step is None else s.step
+    if isinstance(step, Expr):
+        raise unsupported(loc, "slice with a run-time step", "use a constant step")
+    step = int(step)
+    if step == 0:
+        raise FlowgradError(f"{loc}: slice step cannot be zero")
+    d = const_value(dim)
+    vals = (s.start, s.stop)
+    if d is not None and all(v is None or isinstance(v, (int, np.integer)) for v in vals):
+        start, stop, step = slice(s.start, s.stop, step).indices(d)
+        return Const(start), Const(len(range(start, stop, step))), Const(step)
+    if step < 0:
+        raise unsupported(loc, "negative-step slice with run-time bounds", "use constant bounds")
+
+    def bound(v, default):
+        if v is None:
+            return default
+        if isinstance(v, Expr):
+            return v
+        v = int(v)
+        return dim + v if v < 0 else Const(v)
+
+    start, stop = bound(s.start, Const(0)), bound(s.stop, dim)
+    size = op("maximum", 0, stop - start)
+    if step != 1:
+        size = op("floor_divide", size + (step - 1), step)
+    return start, size, Const(step)
+
+
+def view(ref: Ref, index, loc) -> Ref:
+    """Compose basic indexing (ints, slices, None) onto a view."""
+    n_view = len(ref.shape)
+    index = _normalize(n_view, index, loc)
+    if ref.perm is not None:
+        if any(i is None for i in index):
+            raise unsupported(loc, "np.newaxis on a transposed view", "copy the transposed array first")
+        per_axis = [None] * n_view
+        for k, p in enumerate(ref.perm):
+            per_axis[p] = index[k]
+        index = per_axis
+    out, survivors = [], []     # survivors: the old view axis of each kept axis (None: new axis)
+    items = iter(ref.items)
+
+    def next_view_item():
+        for it in items:
+            if not isinstance(it, Index):
+                return it
+            out.append(it)
+        raise FlowgradError(f"{loc}: too many indices")
+
+    axis = 0
+    for idx in index:
+        if idx is None:
+            out.append(NewAxis())
+            survivors.append(None)
+            continue
+        it, k = next_view_item(), axis
+        axis += 1
+        if isinstance(it, NewAxis):
+            if isinstance(idx, slice):
+                out.append(it)
+                survivors.append(k)
+            continue        # an integer index on a length-1 new axis removes it
+        if _is_int(idx):
+            out.append(Index(it.start + _norm_int(idx, it.size, loc) * it.step))
+        elif isinstance(idx, slice):
+            start, size, step = norm_slice(idx, it.size, loc)
+            out.append(Slice(it.start + start * it.step, size, it.step * step))
+            survivors.append(k)
+        else:
+            raise unsupported(loc, f"index of type {type(idx).__name__}", "use ints, slices, arrays or masks")
+    out += list(items)
+    perm = None
+    if ref.perm is not None:
+        order = [p for p in ref.perm if p in survivors]
+        perm = tuple(survivors.index(p) for p in order)
+        if perm == tuple(range(len(perm))):
+            perm = None
+    return Ref(ref.container, out, perm)
+
+
+def _as_view_source(fe, base, loc):
+    if isinstance(base, Read):
+        return base
+    if isinstance(base, Expr):
+        return fe.materialize(base, "t", loc)
+    if isinstance(base, np.ndarray):
+        return fe.const_array(base)
+    raise unsupported(loc, f"indexing a {type(base).__name__}", "index arrays")
+
+
+def getitem(fe, base, index, loc):
+    """``base[index]`` with NumPy semantics."""
+    base = _as_view_source(fe, base, loc)
+    if base.shape == ():
+        raise FlowgradError(f"{loc}: cannot index a scalar")
+    idx = index if isinstance(index, tuple) else (index,)
+    if any(_is_bool_mask(i) for i in idx):
+        return _mask_gather(fe, base, idx, loc)
+    if any(_is_array_index(i) for i in idx):
+        return _gather(fe, base, idx, loc)
+    r = view(base.ref, index, loc)
+    return Read(r)
+
+
+def _whole_source(fe, base, loc):
+    """A Read covering a whole container (views are copied) for gather-style Calls."""
+    if base.ref.is_whole():
+        return base
+    return fe.materialize(base, "t", loc)
+
+
+def _index_arrays(fe, idx, loc):
+    arrays = []
+    for i in idx:
+        if _is_array_index(i):
+            e = fe.to_expr(np.asarray(i) if isinstance(i, (tuple, list)) else i, loc)
+            if e.dtype.kind not in "iu":
+                raise FlowgradError(f"{loc}: arrays used as indices must be integers or booleans")
+            if not isinstance(e, Read) or not e.ref.is_whole():
+                e = fe.materialize(e, "idx", loc)
+            arrays.append(e)
+        else:
+            arrays.append(None)
+    return arrays
+
+
+def _gather_spec(fe, src, idx, loc):
+    """The Call spec for an advanced index and the shape of what it selects."""
+    idx = _normalize(len(src.shape), idx, loc)
+    if any(i is None for i in idx):
+        raise unsupported(loc, "np.newaxis mixed with integer-array indexing", "index in two steps")
+    arrays = _index_arrays(fe, idx, loc)
+    spec, inputs, adv_shapes, adv_pos, basic_dims = [], [], [], [], []
+    for k, (i, arr) in enumerate(zip(idx, arrays)):
+        dim = src.shape[k]
+        if arr is not None:
+            spec.append(("array",))
+            inputs.append(arr)
+            adv_shapes.append(arr.shape)
+            adv_pos.append(k)
+        elif _is_int(i):
+            at = _norm_int(i, dim, loc)
+            spec.append(("int", at))
+            adv_shapes.append(())
+            adv_pos.append(k)
+        else:
+            start, size, step = norm_slice(i, dim, loc)
+            py = (fe.to_expr(i.start) if i.start is not None else None,
+                  fe.to_expr(i.stop) if i.stop is not None else None,
+                  fe.to_expr(i.step) if i.step is not None else None)
+            spec.append(("slice",) + py)
+            basic_dims.append((k, size))
+    bshape = broadcast_shapes(*adv_shapes)
+    adjacent = adv_pos == list(range(adv_pos[0], adv_pos[0] + len(adv_pos)))
+    if adjacent:
+        before = [s for k, s in basic_dims if k < adv_pos[0]]
+        after = [s for k, s in basic_dims if k > adv_pos[-1]]
+        shape = tuple(before) + bshape + tuple(after)
+    else:
+        shape = bshape + tuple(s for _, s in basic_dims)
+    return tuple(spec), inputs, shape
+
+
+def _gather(fe, base, idx, loc):
+    src = _whole_source(fe, base, loc)
+    spec, inputs, shape = _gather_spec(fe, src, idx, loc)
+    out = fe.container("gather", src.dtype, shape)
+    fe.emit(Call("gather", [src] + inputs, [out], {"spec": spec}, loc=loc))
+    return Read(Ref(out) if out.ndim else Ref(out, ()))
+
+
+def _mask_of(fe, base, idx, loc):
+    if len(idx) != 1:
+        raise unsupported(loc, "boolean mask combined with other indices", "index with the mask alone")
+    m = fe.to_expr(idx[0], loc)
+    if len(m.shape) != len(base.shape):
+        raise unsupported(loc, "boolean mask of a different rank than the array",
+                          "use a mask of the array's full shape")
+    if not isinstance(m, Read) or not m.ref.is_whole():
+        m = fe.materialize(m, "mask", loc)
+    return m
+
+
+def _mask_gather(fe, base, idx, loc):
+    src = _whole_source(fe, base, loc)
+    m = _mask_of(fe, src, idx, loc)
+    count = fe.container("count", I64, ())
+    fe.emit(Call("sum", [m], [count], {"axis": None, "keepdims": False}, loc=loc))
+    out = fe.container("masked", src.dtype, (scalar(count),))
+    fe.emit(Call("mask_gather", [src, m], [out], loc=loc))
+    return Read(Ref(out))
+
+
+def _target(fe, base, loc):
+    if not isinstance(base, Read) or base.ref.container.ndim == 0:
+        raise unsupported(loc, "assignment into a computed value", "assign into a named array")
+    if base.ref.container.kind == "arg" and base.ref.container.name.startswith("const"):
+        raise unsupported(loc, "assignment into a module-level constant array",
+                          "copy the constant first (np.copy) and modify the copy")
+    return base
+
+
+def setitem(fe, base, index, value, loc):
+    """``base[index] = value`` with NumPy semantics (right side first, last write wins)."""
+    base = _target(fe, base, loc)
+    idx = index if isinstance(index, tuple) else (index,)
+    if any(_is_bool_mask(i) for i in idx):
+        m = _mask_of(fe, base, idx, loc)
+        v = fe.to_expr(value, loc)
+        if v.shape == ():
+            fe.emit(Assign(base.ref, op("where", m, v, base), loc=loc))
+            return
+        if not base.ref.is_whole():
+            raise unsupported(loc, "mask assignment of an array through a view", "assign on the base array")
+        if not isinstance(v, Read):
+            v = fe.materialize(v, "v", loc)
+        fe.emit(Call("mask_scatter", [v, m], [base.ref.container], loc=loc))
+        return
+    if any(_is_array_index(i) for i in idx):
+        if not base.ref.is_whole():
+            raise unsupported(loc, "integer-array assignment through a view",
+                              "assign on the base array with a full index")
+        spec, inputs, shape = _gather_spec(fe, base, idx, loc)
+        v = fe.to_expr(value, loc)
+        if not isinstance(v, (Read, Const)):
+            v = fe.materialize(v, "v", loc)
+        fe.emit(Call("scatter", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape},
+                     loc=loc))
+        return
+    ref = view(base.ref, index, loc)
+    fe.write_ref(ref, value, loc)
+
+
+def augmented_setitem(fe, base, index, opname, rhs, loc):
+    """``base[index] op= rhs``: NumPy reads base[index], combines, then writes it back."""
+    base = _target(fe, base, loc)
+    idx = index if isinstance(index, tuple) else (index,)
+    fancy = any(_is_bool_mask(i) or _is_array_index(i) for i in idx)
+    if not fancy:
+        ref = view(base.ref, index, loc)
+        cur = Read(ref)
+        fe.write_ref(ref, fe.binop(opname, cur, rhs, loc), loc, rhs=rhs, opname=opname)
+        return
+    cur = getitem(fe, base, index, loc)
+    if any(_is_bool_mask(i) for i in idx) and fe.to_expr(rhs, loc).shape == ():
+        m = _mask_of(fe, base, idx, loc)
+        fe.emit(Assign(base.ref, op("where", m, fe.binop(opname, base, rhs, loc), base), loc=loc))
+        return
+    setitem(fe, base, index, fe.binop(opname, cur, rhs, loc), loc)

@@ -1,0 +1,686 @@
+"""The frontend's op table: NumPy, ``math`` and builtin functions and array methods, each
+lowered to IR expressions (elementwise) or Calls (everything else)."""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from ..errors import FlowgradError, unsupported
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
+                       const_value, is_float, op, scalar)
+from . import indexing
+
+# ---------------------------------------------------------------- elementwise
+
+
+_UFUNCS = {
+    np.exp: "exp", np.expm1: "expm1", np.log: "log", np.log1p: "log1p", np.log2: "log2",
+    np.log10: "log10", np.sqrt: "sqrt", np.sin: "sin", np.cos: "cos", np.tan: "tan",
+    np.arcsin: "arcsin", np.arccos: "arccos", np.arctan: "arctan", np.sinh: "sinh",
+    np.cosh: "cosh", np.tanh: "tanh", np.abs: "abs", np.sign: "sign", np.floor: "floor",
+    np.ceil: "ceil", np.square: "square", np.negative: "negative", np.logical_not: "logical_not",
+    np.isnan: "isnan", np.isfinite: "isfinite", np.round: "round", np.rint: "round",
+    np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
+    np.true_divide: "divide", np.power: "power", np.maximum: "maximum", np.minimum: "minimum",
+    np.fmax: "maximum", np.fmin: "minimum", np.arctan2: "arctan2", np.hypot: "hypot",
+    np.floor_divide: "floor_divide", np.mod: "mod", np.less: "less", np.less_equal: "less_equal",
+    np.greater: "greater", np.greater_equal: "greater_equal", np.equal: "equal",
+    np.not_equal: "not_equal", np.logical_and: "logical_and", np.logical_or: "logical_or",
+}
+_MATH = {
+    math.exp: "exp", math.expm1: "expm1", math.log1p: "log1p", math.sqrt: "sqrt", math.sin: "sin",
+    math.cos: "cos", math.tan: "tan", math.asin: "arcsin", math.acos: "arccos", math.atan: "arctan",
+    math.sinh: "sinh", math.cosh: "cosh", math.tanh: "tanh", math.fabs: "abs", math.atan2: "arctan2",
+    math.hypot: "hypot", math.floor: "floor", math.ceil: "ceil", math.log2: "log2", math.log10: "log10",
+}
+
+
+def _elementwise(fe, name, args, loc):
+    if all(not isinstance(a, (Expr, np.ndarray)) for a in args):
+        return getattr(np, name if name != "abs" else "absolute")(*args).item()
+    return op(name, *(fe.to_expr(a, loc) for a in args))
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _axes(axis, ndim, loc):
+    if axis is None:
+        return None
+    if isinstance(axis, Expr):
+        raise unsupported(loc, "reduction over a run-time axis", "pass axis as a constant")
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    return tuple(sorted(int(a) % ndim for a in axes))
+
+
+def reduce(fe, name, x, axis=None, keepdims=False, loc=None, dtype=None):
+    x = fe.to_expr(x, loc)
+    ndim = len(x.shape)
+    axes = _axes(axis, ndim, loc)
+    red = tuple(range(ndim)) if axes is None else axes
+    shape = tuple((Const(1) if k in red else d) for k, d in enumerate(x.shape) if keepdims or k not in red)
+    if name == "mean":
+        total = reduce(fe, "sum", x, axis, keepdims, loc)
+        count = Const(1)
+        for k in red:
+            count = count * x.shape[k]
+        return op("divide", total, op("float64", count) if not isinstance(count, Const) else float(count.value))
+    if not isinstance(x, Read):
+        x = fe.materialize(x, "t", loc)
+    out_dtype = x.dtype
+    if name in ("sum", "prod") and x.dtype.kind in "bi":
+        out_dtype = I64
+    if name in ("argmax", "argmin"):
+        out_dtype = I64
+    out = fe.container(name, out_dtype, shape)
+    attrs = {"axis": axes, "keepdims": bool(keepdims)}
+    if name in ("argmax", "argmin"):
+        if axes is not None and len(axes) != 1:
+            raise unsupported(loc, f"{name} over several axes", "pass one axis")
+        attrs = {"axis": None if axes is None else axes[0]}
+        if keepdims:
+            raise unsupported(loc, f"{name} with keepdims", "insert the axis with np.newaxis")
+    fe.emit(Call(name, [x], [out], attrs, loc=loc))
+    return Read(Ref(out) if out.ndim else Ref(out, ()))
+
+
+def _reduction(name):
+    def handler(fe, loc, a, axis=None, keepdims=False, out=None, dtype=None, **_):
+        if out is not None:
+            raise unsupported(loc, f"np.{name}(out=...)", "assign the result instead")
+        return reduce(fe, name, a, axis, keepdims, loc)
+    return handler
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+def matmul(fe, a, b, loc):
+    a, b = fe.to_expr(a, loc), fe.to_expr(b, loc)
+    if a.shape == () or b.shape == ():
+        raise FlowgradError(f"{loc}: matmul operands must be arrays, not scalars")
+    a = a if isinstance(a, Read) else fe.materialize(a, "t", loc)
+    b = b if isinstance(b, Read) else fe.materialize(b, "t", loc)
+    sa, sb = a.shape, b.shape
+    ka = sa[-1]
+    kb = sb[0] if len(sb) == 1 else sb[-2]
+    if const_value(ka) is not None and const_value(kb) is not None and const_value(ka) != const_value(kb):
+        raise FlowgradError(f"{loc}: matmul: inner dimensions differ ({const_value(ka)} vs {const_value(kb)})")
+    if len(sa) == 1 and len(sb) == 1:
+        shape = ()
+    elif len(sa) == 1:
+        shape = sb[:-2] + sb[-1:]
+    elif len(sb) == 1:
+        shape = sa[:-1]
+    else:
+        from ..ir.core import broadcast_shapes
+        shape = broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
+    out = fe.container("matmul", np.result_type(a.dtype, b.dtype), shape)
+    fe.emit(Call("matmul", [a, b], [out], loc=loc))
+    return Read(Ref(out) if out.ndim else Ref(out, ()))
+
+
+def _dot(fe, loc, a, b, out=None):
+    ea, eb = fe.to_expr(a, loc), fe.to_expr(b, loc)
+    if ea.shape == () or eb.shape == ():
+        return op("multiply", ea, eb)
+    if len(ea.shape) > 2 or len(eb.shape) > 2:
+        raise unsupported(loc, "np.dot of arrays with more than two dimensions", "use np.einsum or np.matmul")
+    return matmul(fe, ea, eb, loc)
+
+
+def _outer(fe, loc, a, b, out=None):
+    ea, eb = _ravel(fe, loc, a), _ravel(fe, loc, b)
+    ea = ea if isinstance(ea, Read) else fe.materialize(ea, "t", loc)
+    eb = eb if isinstance(eb, Read) else fe.materialize(eb, "t", loc)
+    left = Read(Ref(ea.ref.container, list(ea.ref.items) + [NewAxis()], ea.ref.perm)) \
+        if ea.ref.perm is None else indexing.getitem(fe, ea, (slice(None), None), loc)
+    right = indexing.getitem(fe, eb, (None, slice(None)), loc)
+    return op("multiply", left, right)
+
+
+def _einsum(fe, loc, subscripts, *operands, optimize=None, **_):
+    if not isinstance(subscripts, str):
+        raise unsupported(loc, "np.einsum without a subscripts string", "pass 'ij,jk->ik'-style subscripts")
+    ops = [fe.to_expr(o, loc) for o in operands]
+    ops = [o if isinstance(o, Read) else fe.materialize(o, "t", loc) for o in ops]
+    spec = subscripts.replace(" ", "")
+    if "..." in spec:
+        raise unsupported(loc, "np.einsum with ellipsis", "spell out every index")
+    if "->" not in spec:
+        ins = spec.split(",")
+        letters = "".join(ins)
+        spec = spec + "->" + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    ins, outs = spec.split("->")
+    terms = ins.split(",")
+    if len(terms) != len(ops):
+        raise FlowgradError(f"{loc}: einsum subscripts name {len(terms)} operands, got {len(ops)}")
+    dims = {}
+    for t, o in zip(terms, ops):
+        if len(t) != len(o.shape):
+            raise FlowgradError(f"{loc}: einsum operand '{t}' has rank {len(o.shape)}")
+        for c, d in zip(t, o.shape):
+            if c not in dims or const_value(dims[c]) == 1:
+                dims[c] = d
+    out = fe.container("einsum", np.result_type(*[o.dtype for o in ops]), tuple(dims[c] for c in outs))
+    fe.emit(Call("einsum", ops, [out], {"subscripts": spec}, loc=loc))
+    return Read(Ref(out) if out.ndim else Ref(out, ()))
+
+
+def _solve(fe, loc, a, b):
+    a, b = fe.to_expr(a, loc), fe.to_expr(b, loc)
+    a = a if isinstance(a, Read) else fe.materialize(a, "t", loc)
+    b = b if isinstance(b, Read) else fe.materialize(b, "t", loc)
+    if len(a.shape) != 2 or len(b.shape) not in (1, 2):
+        raise unsupported(loc, "np.linalg.solve with batched operands", "solve one system per call")
+    out = fe.container("solve", np.result_type(a.dtype, b.dtype, np.float64), b.shape)
+    fe.emit(Call("solve", [a, b], [out], loc=loc))
+    return Read(Ref(out))
+
+
+def _norm(fe, loc, x, ord=None, axis=None, keepdims=False):
+    if ord not in (None, 2, "fro") or (ord == 2 and axis is None and len(fe.to_expr(x, loc).shape) > 1):
+        raise unsupported(loc, f"np.linalg.norm with ord={ord!r}",
+                          "use the default (Frobenius / Euclidean) norm or write the formula")
+    e = fe.to_expr(x, loc)
+    return op("sqrt", reduce(fe, "sum", op("multiply", e, e), axis, keepdims, loc))
+
+
+# ---------------------------------------------------------------- shapes and construction
+
+
+def _shape_arg(fe, shape, loc):
+    if isinstance(shape, (tuple, list)):
+        dims = tuple(shape)
+    else:
+        dims = (shape,)
+    out = []
+    for d in dims:
+        if isinstance(d, Expr):
+            if d.shape != () or d.dtype.kind not in "iu":
+                raise FlowgradError(f"{loc}: array dimensions must be integers")
+            out.append(d)
+        else:
+            out.append(Const(int(d)))
+    return tuple(out)
+
+
+def _dtype_arg(dtype, default=F64):
+    if dtype is None:
+        return np.dtype(default)
+    if dtype is float:
+        return F64
+    if dtype is int:
+        return I64
+    if dtype is bool:
+        return BOOL
+    return np.dtype(dtype)
+
+
+def _filled(fe, loc, shape, fill, dtype):
+    shape = _shape_arg(fe, shape, loc)
+    c = fe.container("array", dtype, shape)
+    if fill is not None:
+        fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), fe.to_expr(fill, loc), loc=loc))
+    else:
+        fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), Const(0, dtype), loc=loc))
+    return Read(Ref(c) if c.ndim else Ref(c, ()))
+
+
+def _maker(fill):
+    def handler(fe, loc, shape, dtype=None, order="C"):
+        return _filled(fe, loc, shape, fill, _dtype_arg(dtype))
+    return handler
+
+
+def _like_maker(fill):
+    def handler(fe, loc, a, dtype=None, order="K", subok=True, shape=None):
+        e = fe.to_expr(a, loc)
+        return _filled(fe, loc, e.shape if shape is None else shape, fill, _dtype_arg(dtype, e.dtype))
+    return handler
+
+
+def _full(fe, loc, shape, fill_value, dtype=None, order="C"):
+    v = fe.to_expr(fill_value, loc)
+    return _filled(fe, loc, shape, v, _dtype_arg(dtype, v.dtype if not isinstance(v, Const) or not v.weak
+                                                  else (F64 if v.dtype.kind == "f" else v.dtype)))
+
+
+def _full_like(fe, loc, a, fill_value, dtype=None):
+    e = fe.to_expr(a, loc)
+    return _filled(fe, loc, e.shape, fill_value, _dtype_arg(dtype, e.dtype))
+
+
+def _eye(fe, loc, N, M=None, k=0, dtype=None):
+    n = fe.to_expr(N, loc)
+    m = n if M is None else fe.to_expr(M, loc)
+    c = fe.container("eye", _dtype_arg(dtype), (n, m))
+    fe.emit(Call("eye", [], [c], {"n": n, "m": m, "k": int(k)}, loc=loc))
+    return Read(Ref(c))
+
+
+def _copy(fe, loc, a, order="K"):
+    return fe.materialize(fe.to_expr(a, loc), "copy", loc)
+
+
+def _array(fe, loc, obj, dtype=None, copy=True, order="K", ndmin=0):
+    if isinstance(obj, (tuple, list)):
+        e = stack_values(fe, list(obj), 0, loc)
+    else:
+        e = fe.to_expr(obj, loc)
+    if dtype is not None:
+        e = _astype(fe, loc, e, dtype)
+    return fe.materialize(e, "array", loc)
+
+
+def _asarray(fe, loc, obj, dtype=None, order=None):
+    if isinstance(obj, Expr) and dtype is None:
+        return obj
+    return _array(fe, loc, obj, dtype)
+
+
+def _astype(fe, loc, x, dtype, copy=True):
+    dt = _dtype_arg(dtype)
+    name = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32", I64: "int64",
+            np.dtype(np.int32): "int32", BOOL: "bool"}.get(dt)
+    if name is None:
+        raise unsupported(loc, f"conversion to {dt}", "use float64, float32, int64, int32 or bool")
+    return op(name, fe.to_expr(x, loc))
+
+
+def _transpose(fe, loc, a, axes=None):
+    e = fe.to_expr(a, loc)
+    if not isinstance(e, Read):
+        e = fe.materialize(e, "t", loc)
+    n = len(e.shape)
+    axes = tuple(reversed(range(n))) if axes is None else tuple(int(x) % n for x in axes)
+    base = e.ref.perm or tuple(range(n))
+    perm = tuple(base[p] for p in axes)
+    return Read(Ref(e.ref.container, e.ref.items, None if perm == tuple(range(n)) else perm))
+
+
+def _swapaxes(fe, loc, a, axis1, axis2):
+    n = len(fe.to_expr(a, loc).shape)
+    axes = list(range(n))
+    axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
+    return _transpose(fe, loc, a, axes)
+
+
+def _reshape(fe, loc, a, *shape, order="C", newshape=None):
+    if newshape is not None:
+        shape = (newshape,)
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    e = fe.to_expr(a, loc)
+    dims = list(_shape_arg(fe, shape, loc))
+    size = Const(1)
+    for d in e.shape:
+        size = size * d
+    neg = [k for k, d in enumerate(dims) if const_value(d) == -1]
+    if neg:
+        rest = Const(1)
+        for k, d in enumerate(dims):
+            if k != neg[0]:
+                rest = rest * d
+        dims[neg[0]] = op("floor_divide", size, rest)
+    total = Const(1)
+    for d in dims:
+        total = total * d
+    if const_value(total) is not None and const_value(size) is not None and const_value(total) != const_value(size):
+        raise FlowgradError(f"{loc}: cannot reshape an array of size {const_value(size)} into shape "
+                            f"{tuple(const_value(d) for d in dims)}")
+    if not isinstance(e, Read):
+        e = fe.materialize(e, "t", loc)
+    out = fe.container("reshape", e.dtype, tuple(dims))
+    fe.emit(Call("reshape", [e], [out], {"shape": tuple(dims)}, loc=loc))
+    return Read(Ref(out))
+
+
+def _ravel(fe, loc, a, order="C"):
+    e = fe.to_expr(a, loc)
+    if len(e.shape) == 1:
+        return e
+    size = Const(1)
+    for d in e.shape:
+        size = size * d
+    return _reshape(fe, loc, e, (size,))
+
+
+def stack_values(fe, values, axis, loc):
+    """np.stack: each value written into its slot of a fresh array."""
+    exprs = [fe.to_expr(v, loc) for v in values]
+    if not exprs:
+        raise FlowgradError(f"{loc}: cannot stack an empty sequence")
+    shape = exprs[0].shape
+    ndim = len(shape) + 1
+    axis = int(axis) % ndim
+    dt = np.result_type(*[e.dtype for e in exprs]) if any(not isinstance(e, Const) for e in exprs) else \
+        np.result_type(*[e.value for e in exprs])
+    out_shape = shape[:axis] + (Const(len(exprs)),) + shape[axis:]
+    c = fe.container("stack", dt, out_shape)
+    for k, e in enumerate(exprs):
+        idx = tuple([slice(None)] * axis + [k])
+        fe.emit(Assign(indexing.view(Ref(c), idx, loc), e, loc=loc))
+    return Read(Ref(c))
+
+
+def _stack(fe, loc, arrays, axis=0):
+    return stack_values(fe, list(arrays), axis, loc)
+
+
+def _concatenate(fe, loc, arrays, axis=0):
+    exprs = [fe.to_expr(a, loc) for a in arrays]
+    ndim = len(exprs[0].shape)
+    if axis is None:
+        exprs = [_ravel(fe, loc, e) for e in exprs]
+        axis, ndim = 0, 1
+    axis = int(axis) % ndim
+    total = Const(0)
+    for e in exprs:
+        total = total + e.shape[axis]
+    shape = exprs[0].shape[:axis] + (total,) + exprs[0].shape[axis + 1:]
+    c = fe.container("concat", np.result_type(*[e.dtype for e in exprs]), shape)
+    off = Const(0)
+    for e in exprs:
+        items = [Slice(0, d, 1) for d in shape]
+        items[axis] = Slice(off, e.shape[axis], 1)
+        fe.emit(Assign(Ref(c, items), e, loc=loc))
+        off = off + e.shape[axis]
+    return Read(Ref(c))
+
+
+def _hstack(fe, loc, arrays):
+    exprs = [fe.to_expr(a, loc) for a in arrays]
+    return _concatenate(fe, loc, exprs, 0 if len(exprs[0].shape) == 1 else 1)
+
+
+def _vstack(fe, loc, arrays):
+    exprs = [fe.to_expr(a, loc) for a in arrays]
+    exprs = [indexing.getitem(fe, e, (None,), loc) if len(e.shape) == 1 else e for e in exprs]
+    return _concatenate(fe, loc, exprs, 0)
+
+
+def _flip(fe, loc, m, axis=None):
+    e = fe.to_expr(m, loc)
+    n = len(e.shape)
+    axes = range(n) if axis is None else [a % n for a in (axis if isinstance(axis, tuple) else (axis,))]
+    idx = tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(n))
+    return indexing.getitem(fe, e, idx, loc)
+
+
+def _roll(fe, loc, a, shift, axis=None):
+    e = fe.to_expr(a, loc)
+    if isinstance(shift, Expr) or isinstance(axis, tuple) or isinstance(shift, tuple):
+        raise unsupported(loc, "np.roll with a run-time or multiple shift", "use a constant shift and one axis")
+    if axis is None:
+        flat = _roll(fe, loc, _ravel(fe, loc, e), shift, 0)
+        return _reshape(fe, loc, flat, e.shape) if len(e.shape) != 1 else flat
+    n = len(e.shape)
+    axis = axis % n
+    size = const_value(e.shape[axis])
+    if size is None:
+        raise unsupported(loc, "np.roll along an axis of run-time length", "slice explicitly")
+    s = int(shift) % size if size else 0
+    c = fe.container("roll", e.dtype, e.shape)
+    if not isinstance(e, Read):
+        e = fe.materialize(e, "t", loc)
+
+    def sl(start, stop):
+        return tuple(slice(start, stop) if k == axis else slice(None) for k in range(n))
+    if s == 0:
+        fe.emit(Assign(Ref(c), e, loc=loc))
+    else:
+        fe.emit(Assign(indexing.view(Ref(c), sl(s, None), loc), indexing.getitem(fe, e, sl(None, size - s), loc),
+                       loc=loc))
+        fe.emit(Assign(indexing.view(Ref(c), sl(None, s), loc), indexing.getitem(fe, e, sl(size - s, None), loc),
+                       loc=loc))
+    return Read(Ref(c))
+
+
+def _tri(name):
+    def handler(fe, loc, m, k=0):
+        e = fe.to_expr(m, loc)
+        if not isinstance(e, Read):
+            e = fe.materialize(e, "t", loc)
+        c = fe.container(name, e.dtype, e.shape)
+        fe.emit(Call(name, [e], [c], {"k": int(k)}, loc=loc))
+        return Read(Ref(c))
+    return handler
+
+
+def _cumsum(fe, loc, a, axis=None, dtype=None, out=None):
+    e = fe.to_expr(a, loc)
+    if axis is None:
+        e = _ravel(fe, loc, e)
+        axis = 0
+    if not isinstance(e, Read):
+        e = fe.materialize(e, "t", loc)
+    c = fe.container("cumsum", e.dtype, e.shape)
+    fe.emit(Call("cumsum", [e], [c], {"axis": int(axis) % len(e.shape)}, loc=loc))
+    return Read(Ref(c))
+
+
+def _where(fe, loc, cond, x=None, y=None):
+    if x is None or y is None:
+        raise unsupported(loc, "np.where with one argument", "use boolean masks or np.nonzero outside")
+    return _elementwise(fe, "where", [cond, x, y], loc)
+
+
+def _clip(fe, loc, a, a_min=None, a_max=None, **kw):
+    a_min = kw.get("min", a_min)
+    a_max = kw.get("max", a_max)
+    e = fe.to_expr(a, loc)
+    if a_min is not None:
+        e = op("maximum", e, fe.to_expr(a_min, loc))
+    if a_max is not None:
+        e = op("minimum", e, fe.to_expr(a_max, loc))
+    return e
+
+
+def _add_at(fe, loc, a, indices, b):
+    base = fe.to_expr(a, loc)
+    if not isinstance(base, Read) or not base.ref.is_whole():
+        raise unsupported(loc, "np.add.at on a view", "apply it to the base array")
+    idx = indices if isinstance(indices, tuple) else (indices,)
+    spec, inputs, shape = indexing._gather_spec(fe, base, idx, loc)
+    v = fe.to_expr(b, loc)
+    if not isinstance(v, (Read, Const)):
+        v = fe.materialize(v, "v", loc)
+    fe.emit(Call("add_at", [v] + inputs, [base.ref.container], {"spec": spec}, loc=loc))
+    return None
+
+
+def _arange(fe, loc, *args, dtype=None):
+    vals = [fe.to_expr(a, loc) for a in args]
+    if any(v.dtype.kind not in "iu" for v in vals):
+        raise unsupported(loc, "np.arange with float bounds", "use integer bounds (and scale)")
+    start, stop, step = (Const(0), vals[0], Const(1)) if len(vals) == 1 else \
+        (vals[0], vals[1], vals[2] if len(vals) > 2 else Const(1))
+    size = op("maximum", 0, op("floor_divide", stop - start + step - 1, step))
+    c = fe.container("arange", I64, (size,))
+    fe.emit(Call("arange", [start, stop, step], [c], loc=loc))
+    out = Read(Ref(c))
+    return op("float64", out) if dtype in (float, np.float64) else out
+
+
+def _len(fe, loc, x):
+    if isinstance(x, Expr):
+        if x.shape == ():
+            raise FlowgradError(f"{loc}: len() of a scalar")
+        d = x.shape[0]
+        return const_value(d) if const_value(d) is not None else d
+    return len(x)
+
+
+def _minmax(name, npname):
+    def handler(fe, loc, *args, **kw):
+        if len(args) == 1:
+            x = args[0]
+            if isinstance(x, Expr):
+                return reduce(fe, npname, x, None, False, loc)
+            return getattr(builtins, name)(x)
+        if any(isinstance(a, Expr) for a in args):
+            out = fe.to_expr(args[0], loc)
+            for a in args[1:]:
+                out = op("maximum" if name == "max" else "minimum", out, fe.to_expr(a, loc))
+            return out
+        return getattr(builtins, name)(*args)
+    return handler
+
+
+def _scalar_cast(kind):
+    def handler(fe, loc, x=0):
+        if isinstance(x, Expr):
+            if x.shape != ():
+                raise FlowgradError(f"{loc}: only size-1 arrays can be converted to a Python scalar")
+            return op(kind, x)
+        return {"float64": float, "int64": int, "bool": bool}[kind](x)
+    return handler
+
+
+def _abs(fe, loc, x):
+    return op("abs", x) if isinstance(x, Expr) else abs(x)
+
+
+def _pow(fe, loc, a, b):
+    return fe.binop("power", a, b, loc)
+
+
+_FUNCTIONS = {
+    np.sum: _reduction("sum"), np.prod: _reduction("prod"), np.mean: _reduction("mean"),
+    np.max: _reduction("max"), np.min: _reduction("min"), np.amax: _reduction("max"),
+    np.amin: _reduction("min"), np.argmax: _reduction("argmax"), np.argmin: _reduction("argmin"),
+    np.matmul: lambda fe, loc, a, b: matmul(fe, a, b, loc), np.dot: _dot, np.outer: _outer,
+    np.einsum: _einsum, np.transpose: _transpose, np.swapaxes: _swapaxes, np.reshape: _reshape,
+    np.ravel: _ravel, np.stack: _stack, np.concatenate: _concatenate, np.hstack: _hstack,
+    np.vstack: _vstack, np.flip: _flip, np.roll: _roll, np.triu: _tri("triu"), np.tril: _tri("tril"),
+    np.cumsum: _cumsum, np.copy: _copy, np.array: _array, np.asarray: _asarray,
+    np.empty: _maker(None), np.zeros: _maker(None), np.ones: _maker(1),
+    np.empty_like: _like_maker(None), np.zeros_like: _like_maker(None), np.ones_like: _like_maker(1),
+    np.full: _full, np.full_like: _full_like, np.eye: _eye, np.identity: _eye,
+    np.linalg.norm: _norm, np.linalg.solve: _solve, np.where: _where, np.clip: _clip,
+    np.arange: _arange, np.float64: _scalar_cast("float64"), np.int64: _scalar_cast("int64"),
+    len: _len, max: _minmax("max", "max"), min: _minmax("min", "min"), abs: _abs,
+    float: _scalar_cast("float64"), int: _scalar_cast("int64"), bool: _scalar_cast("bool"),
+    math.pow: _pow, pow: _pow,
+}
+_ADD_AT = np.add.at
+
+
+def call_function(fe, fn, args, kwargs, loc, name=None):
+    """Lower a call to a library function."""
+    label = name or getattr(fn, "__name__", repr(fn))
+    if isinstance(fn, _BoundMethod):
+        return call_method(fe, fn.obj, fn.name, args, kwargs, loc)
+    if fn is _ADD_AT or (getattr(fn, "__self__", None) is np.add and getattr(fn, "__name__", "") == "at"):
+        return _add_at(fe, loc, *args, **kwargs)
+    try:
+        handler = _FUNCTIONS.get(fn)
+    except TypeError:
+        handler = None
+    if handler is not None:
+        try:
+            return handler(fe, loc, *args, **kwargs)
+        except TypeError as exc:
+            if "argument" in str(exc):
+                raise unsupported(loc, f"call {label}(...) with these arguments", str(exc)) from None
+            raise
+    ufunc = _ufunc_name(fn)
+    if ufunc is not None:
+        if kwargs:
+            raise unsupported(loc, f"keyword arguments to {label}", "pass operands positionally")
+        return _elementwise(fe, ufunc, args, loc)
+    if fn is math.log:
+        if len(args) == 2:
+            return fe.binop("divide", _elementwise(fe, "log", [args[0]], loc), math.log(args[1]), loc)
+        return _elementwise(fe, "log", args, loc)
+    if fn in _MATH:
+        return _elementwise(fe, _MATH[fn], args, loc)
+    if fn is range:
+        raise unsupported(loc, "range() outside a for statement", "use np.arange for an array of integers")
+    if fn is print:
+        raise unsupported(loc, "print()", "print results after the differentiated call")
+    raise unsupported(loc, f"call to {label}",
+                      "flowgrad supports NumPy array functions, math.* and plain Python helpers; "
+                      "compute this outside the differentiated function")
+
+
+def _ufunc_name(fn):
+    try:
+        return _UFUNCS.get(fn)
+    except TypeError:
+        return None
+
+
+# ---------------------------------------------------------------- attributes and methods
+
+
+_CONSTANT_MODULES = ("numpy", "math")
+
+
+def get_attribute(fe, obj, attr, loc):
+    if isinstance(obj, Expr):
+        if attr == "shape":
+            return tuple(const_value(d) if const_value(d) is not None else d for d in obj.shape)
+        if attr == "ndim":
+            return len(obj.shape)
+        if attr == "size":
+            size = Const(1)
+            for d in obj.shape:
+                size = size * d
+            return const_value(size) if const_value(size) is not None else size
+        if attr == "T":
+            return _transpose(fe, loc, obj)
+        if attr == "dtype":
+            return obj.dtype
+        if attr in _METHODS:
+            return _BoundMethod(obj, attr)
+        raise unsupported(loc, f"array attribute .{attr}", "use NumPy functions on the array")
+    try:
+        return getattr(obj, attr)
+    except AttributeError:
+        raise FlowgradError(f"{loc}: {type(obj).__name__} has no attribute {attr!r}") from None
+
+
+class _BoundMethod:
+    def __init__(self, obj, name):
+        self.obj, self.name = obj, name
+
+
+def _method_reduction(name):
+    def handler(fe, loc, x, axis=None, dtype=None, out=None, keepdims=False):
+        return reduce(fe, name, x, axis, keepdims, loc)
+    return handler
+
+
+_METHODS = {
+    "sum": _method_reduction("sum"), "prod": _method_reduction("prod"), "mean": _method_reduction("mean"),
+    "max": _method_reduction("max"), "min": _method_reduction("min"),
+    "argmax": _method_reduction("argmax"), "argmin": _method_reduction("argmin"),
+    "copy": lambda fe, loc, x, order="C": _copy(fe, loc, x),
+    "reshape": _reshape, "ravel": _ravel, "flatten": lambda fe, loc, x, order="C": _copy(fe, loc, _ravel(fe, loc, x)),
+    "transpose": lambda fe, loc, x, *axes: _transpose(fe, loc, x, (axes[0] if len(axes) == 1 and isinstance(
+        axes[0], (tuple, list)) else axes) or None),
+    "astype": _astype, "dot": _dot, "cumsum": _cumsum, "clip": _clip,
+    "swapaxes": _swapaxes,
+    "item": lambda fe, loc, x: x if x.shape == () else indexing.getitem(fe, x, (0,) * len(x.shape), loc),
+}
+
+
+def call_method(fe, obj, name, args, kwargs, loc):
+    handler = _METHODS.get(name)
+    if handler is None:
+        if name == "fill":
+            fe.write_ref(obj.ref, args[0], loc)
+            return None
+        raise unsupported(loc, f"array method .{name}()", "use the NumPy function form")
+    return handler(fe, loc, obj, *args, **kwargs)
+
+
+def is_float_dtype(e):
+    return is_float(e.dtype)
+
+
+__all__ = ["call_function", "call_method", "get_attribute", "stack_values", "scalar"]

@@ -1,0 +1,1012 @@
+"""Python/NumPy frontend: captures a function's source into the IR for one call signature.
+
+The frontend interprets the function's AST abstractly. Python values that are known when
+the program is captured (shapes, literals, modules, helper functions) are folded away;
+array and scalar values that exist only at run time become IR containers and expressions.
+A name bound to a NumPy view is a Ref into its base container, so writing through the view
+writes the base. Control flow stays structured: ``break``/``continue``/``return`` become
+guarded flags, loops stay loops.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import math
+import textwrap
+import types
+
+import numpy as np
+
+from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Op, Read, Ref,
+                       While, const_value, op, result_dtype, same_ref, scalar)
+from . import indexing
+from .numpy_api import call_function, call_method, get_attribute
+
+_UNSUPPORTED_NODES = {
+    ast.ListComp: ("list comprehension", "write an explicit for loop that fills a preallocated array"),
+    ast.SetComp: ("set comprehension", "use arrays and loops"),
+    ast.DictComp: ("dict comprehension", "use arrays and loops"),
+    ast.GeneratorExp: ("generator expression", "write an explicit for loop"),
+    ast.Lambda: ("lambda", "define a module-level helper function with def"),
+    ast.Try: ("try statement", "move error handling outside the differentiated function"),
+    ast.With: ("with statement", "move context managers outside the differentiated function"),
+    ast.ClassDef: ("class definition", "define classes outside the differentiated function"),
+    ast.Global: ("global statement", "pass the value as an argument and return results"),
+    ast.Nonlocal: ("nonlocal statement", "pass the value as an argument and return results"),
+    ast.Yield: ("yield", "return arrays instead of generating values"),
+    ast.YieldFrom: ("yield", "return arrays instead of generating values"),
+    ast.Await: ("await", "call flowgrad on synchronous code"),
+    ast.AsyncFunctionDef: ("async function", "call flowgrad on synchronous code"),
+    ast.Raise: ("raise statement", "check inputs before calling the differentiated function"),
+    ast.Import: ("import statement", "import modules at module level"),
+    ast.ImportFrom: ("import statement", "import modules at module level"),
+    ast.Delete: ("del statement", "let names go out of scope instead"),
+    ast.JoinedStr: ("f-string", "format strings outside the differentiated function"),
+    ast.Starred: ("starred expression", "pass arguments explicitly"),
+    ast.FunctionDef: ("nested function definition", "define helper functions at module level"),
+}
+if hasattr(ast, "TryStar"):
+    _UNSUPPORTED_NODES[ast.TryStar] = _UNSUPPORTED_NODES[ast.Try]
+
+
+class Restart(Exception):
+    """Capture must start again with a widened scalar dtype (e.g. ``s = 0`` then ``s += x[i]``)."""
+
+
+_RESERVED = set(dir(builtins)) | {"np", "_rt", "pullback", "cotangent"} | set(__import__("keyword").kwlist)
+
+
+class Namer:
+    """Unique, deterministic container names that never shadow what generated code uses."""
+
+    def __init__(self):
+        self.used = {name: 1 for name in _RESERVED}
+
+    def __call__(self, hint: str) -> str:
+        base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in hint) or "t"
+        if base[0].isdigit():
+            base = "_" + base
+        n = self.used.get(base, 0)
+        self.used[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+
+class LoopCtx:
+    def __init__(self):
+        self.brk = None      # bool container, created on the first break/return inside
+        self.cont = None
+
+
+class Frame:
+    """One function activation being inlined: its names, its return state, its loops."""
+
+    def __init__(self, fn, filename, first_line, globals_):
+        self.fn = fn
+        self.filename, self.first_line = filename, first_line
+        self.globals = globals_
+        self.env = {}
+        self.owned = {}          # name -> scalar container owned by the name
+        self.loops = []
+        self.ret = None          # result container, for returns under runtime control flow
+        self.ret_flag = None     # bool container: "has returned"
+        self.ret_value = None    # the value of an unconditional top-level return
+
+    def loc(self, node):
+        return Loc(self.filename, self.first_line + getattr(node, "lineno", 1) - 1)
+
+
+class Escape:
+    """What a compiled statement may do to the rest of its block: break/continue/return."""
+
+    def __init__(self, flags=(), dead=False):
+        self.flags = list(flags)   # containers that, when set, skip the rest of the block
+        self.dead = dead           # the rest of the block can never run
+
+
+class Frontend:
+    """Captures one function for one call signature."""
+
+    def __init__(self, fn, hints=None):
+        self.fn = fn
+        self.hints = hints if hints is not None else {}
+        self.namer = Namer()
+        self.containers = {}
+        self.params = []
+        self.consts = {}         # id(global array) -> (container, value)
+        self.arg_containers = {}  # argument name -> its container
+        self.out = [[]]          # stack of statement lists being filled
+        self.frames = []
+        self.depth = 0
+        self.reads_log = None    # (frame, {name: binding}) while compiling a loop body
+
+    # ----------------------------------------------------------- containers and statements
+
+    def container(self, hint, dtype, shape, kind="transient"):
+        c = Container(self.namer(hint), dtype, shape, kind)
+        self.containers[c.name] = c
+        return c
+
+    def emit(self, stmt):
+        self.out[-1].append(stmt)
+        return stmt
+
+    def collect(self, fn, *args):
+        """Run ``fn`` collecting the statements it emits; returns (statements, fn's result)."""
+        self.out.append([])
+        try:
+            value = fn(*args)
+        finally:
+            stmts = self.out.pop()
+        return stmts, value
+
+    def materialize(self, value, hint="t", loc=None) -> Read:
+        """A fresh container holding ``value`` (NumPy semantics: a new array)."""
+        e = self.to_expr(value, loc)
+        c = self.container(hint, e.dtype, e.shape)
+        self.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), e, loc=loc))
+        return Read(Ref(c) if c.ndim else Ref(c, ()))
+
+    def to_expr(self, value, loc=None) -> Expr:
+        if isinstance(value, Expr):
+            return value
+        if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+            return Const(value)
+        if isinstance(value, np.ndarray):
+            return self.const_array(value)
+        if isinstance(value, (tuple, list)):
+            from .numpy_api import stack_values
+            return stack_values(self, list(value), 0, loc)
+        raise unsupported(loc, f"value of type {type(value).__name__}",
+                          "only arrays, numbers and tuples of them can be used as data")
+
+    def const_array(self, value: np.ndarray) -> Read:
+        """A module-level NumPy array used by the function: passed in as a hidden parameter."""
+        key = id(value)
+        if key not in self.consts:
+            if value.dtype.kind not in "biuf":
+                raise UnsupportedError(f"unsupported constant array of dtype {value.dtype}")
+            c = self.container("const", value.dtype, value.shape, "arg")
+            self.consts[key] = (c, value)
+        return Read(Ref(self.consts[key][0]))
+
+    # ----------------------------------------------------------- capture
+
+    def capture_top(self, args):
+        frame, fdef = self.new_frame(self.fn)
+        sig = inspect.signature(self.fn)
+        try:
+            bound = sig.bind(*args)
+        except TypeError as exc:
+            raise InputError(f"calling {self.fn.__name__}: {exc}") from None
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            frame.env[name] = self.param(name, value, frame)
+        self.frames.append(frame)
+        body, esc = self.collect(self._frame_block, fdef, frame)
+        value = self.finish_frame(frame, fdef, body)
+        self.frames.pop()
+        if value is None:
+            raise FlowgradError(f"{frame.loc(fdef)}: {self.fn.__name__} returns nothing: "
+                                "return the value to differentiate")
+        if isinstance(value, tuple):
+            raise unsupported(frame.loc(fdef), "tuple result",
+                              "return one array or scalar (combine results, e.g. a weighted sum)")
+        e = self.to_expr(value, frame.loc(fdef))
+        res = self.container("result", e.dtype, e.shape)
+        body.append(Assign(Ref(res) if res.ndim else Ref(res, ()), e, loc=frame.loc(fdef)))
+        params = self.params + [c for c, _ in self.consts.values()]
+        return params, body, res
+
+    def param(self, name, value, frame):
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        if isinstance(value, (int, np.integer)):
+            c = self.container(name, I64, (), "arg")
+        elif isinstance(value, (float, np.floating)):
+            c = self.container(name, np.dtype(type(value)) if isinstance(value, np.floating) else F64, (), "arg")
+        elif isinstance(value, np.ndarray):
+            c = self.container(name, value.dtype, value.shape, "arg")
+            self.params.append(c)
+            self.arg_containers[name] = c
+            return Read(Ref(c))
+        else:
+            return value     # a Python object: part of the signature, folded at capture
+        self.params.append(c)
+        self.arg_containers[name] = c
+        frame.owned[name] = c
+        return scalar(c)
+
+    def new_frame(self, fn):
+        try:
+            lines, first = inspect.getsourcelines(fn)
+            filename = inspect.getsourcefile(fn) or "<unknown>"
+        except (OSError, TypeError):
+            raise UnsupportedError(f"unsupported function {getattr(fn, '__name__', fn)!r}: its Python source "
+                                   "is not available (flowgrad captures functions from source)") from None
+        src = textwrap.dedent("".join(lines))
+        tree = ast.parse(src)
+        fdef = tree.body[0]
+        if not isinstance(fdef, ast.FunctionDef):
+            raise UnsupportedError(f"{Loc(filename, first)}: unsupported callable: define it with def")
+        globals_ = dict(fn.__globals__)
+        if fn.__closure__:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                globals_[name] = cell.cell_contents
+        frame = Frame(fn, filename, first, globals_)
+        for node in ast.walk(fdef):
+            if node is not fdef and type(node) in _UNSUPPORTED_NODES:
+                what, hint = _UNSUPPORTED_NODES[type(node)]
+                raise unsupported(frame.loc(node), what, hint)
+        return frame, fdef
+
+    def finish_frame(self, frame, fdef, body):
+        """The frame's return value; writes the unconditional return into the result container
+        when some return happened under runtime control flow."""
+        if frame.ret is None:
+            return frame.ret_value
+        if frame.ret_value is not None:
+            body.append(self.store_result(frame, frame.ret_value, fdef))
+        return Read(Ref(frame.ret) if frame.ret.ndim else Ref(frame.ret, ()))
+
+    def store_result(self, frame, value, node):
+        e = self.to_expr(value, frame.loc(node))
+        if frame.ret is None:
+            dt = e.dtype
+            key = (frame.fn, "<return>")
+            dt = np.dtype(self.hints.get(key, dt))
+            frame.ret = self.container("ret", dt, e.shape)
+        elif result_dtype([Read(Ref(frame.ret, ()) if not frame.ret.ndim else Ref(frame.ret)), e],
+                          "same") != frame.ret.dtype:
+            self.hints[(frame.fn, "<return>")] = result_dtype([Const(0, frame.ret.dtype, False), e], "same")
+            raise Restart()
+        return Assign(Ref(frame.ret) if frame.ret.ndim else Ref(frame.ret, ()), e, loc=frame.loc(node))
+
+    # ----------------------------------------------------------- statements
+
+    def block(self, stmts, frame) -> Escape:
+        """Compile a statement list; statements after a possible jump are guarded by its flags."""
+        for k, node in enumerate(stmts):
+            esc = self.statement(node, frame)
+            if esc.dead:
+                return esc
+            if esc.flags:
+                rest = stmts[k + 1:]
+                if not rest:
+                    return esc
+                cond = self.none_set(esc.flags)
+                inner, esc2 = self.collect(self.block, rest, frame)
+                self.emit(If(cond, inner, loc=frame.loc(rest[0])))
+                return Escape(_union(esc.flags, esc2.flags))
+        return Escape()
+
+    @staticmethod
+    def none_set(flags):
+        cond = op("logical_not", scalar(flags[0]))
+        for f in flags[1:]:
+            cond = op("logical_and", cond, op("logical_not", scalar(f)))
+        return cond
+
+    def statement(self, node, frame) -> Escape:
+        loc = frame.loc(node)
+        try:
+            method = getattr(self, "stmt_" + type(node).__name__, None)
+            if method is None:
+                raise unsupported(loc, f"{type(node).__name__} statement", "rewrite with supported constructs")
+            return method(node, frame) or Escape()
+        except (FlowgradError, Restart):
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError, NotImplementedError) as exc:
+            raise FlowgradError(f"{loc}: {exc}") from exc
+
+    def stmt_Pass(self, node, frame):
+        return None
+
+    def stmt_Expr(self, node, frame):
+        if isinstance(node.value, ast.Constant):
+            return None  # docstring
+        self.eval(node.value, frame)
+        return None
+
+    def stmt_Assert(self, node, frame):
+        test = self.eval(node.test, frame)
+        if isinstance(test, Expr):
+            raise unsupported(frame.loc(node), "assert on run-time values",
+                              "check inputs before calling the differentiated function")
+        if not test:
+            raise FlowgradError(f"{frame.loc(node)}: assertion failed while capturing")
+        return None
+
+    def stmt_Assign(self, node, frame):
+        value = self.eval(node.value, frame)
+        for target in node.targets:
+            self.assign(target, value, frame, node)
+
+    def stmt_AnnAssign(self, node, frame):
+        if node.value is not None:
+            self.assign(node.target, self.eval(node.value, frame), frame, node)
+
+    def stmt_AugAssign(self, node, frame):
+        loc = frame.loc(node)
+        opname = _BINOPS.get(type(node.op))
+        if opname is None:
+            raise unsupported(loc, f"augmented assignment {type(node.op).__name__}", "write x = x <op> y")
+        rhs = self.eval(node.value, frame)
+        target = node.target
+        if isinstance(target, ast.Name):
+            cur = self.lookup(target.id, frame, target)
+            if isinstance(cur, Read) and cur.ref.container.ndim and cur.shape != ():
+                self.write_ref(cur.ref, self.binop(opname, cur, rhs, loc), loc, accumulate=False,
+                               rhs=rhs, opname=opname)
+                return
+            self.assign(target, self.binop(opname, cur, rhs, loc), frame, node)
+            return
+        if isinstance(target, ast.Subscript):
+            base = self.eval(target.value, frame)
+            index = self.eval_index(target.slice, frame)
+            indexing.augmented_setitem(self, base, index, opname, rhs, loc)
+            return
+        if isinstance(target, ast.Attribute):
+            raise unsupported(loc, "assignment to an attribute", "assign to arrays or names")
+        raise unsupported(loc, "augmented assignment target", "assign to a name or a subscript")
+
+    def assign(self, target, value, frame, node):
+        loc = frame.loc(node)
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value, frame, loc)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            items = self.unpack(value, len(target.elts), loc)
+            for t, v in zip(target.elts, items):
+                self.assign(t, v, frame, node)
+        elif isinstance(target, ast.Subscript):
+            base = self.eval(target.value, frame)
+            index = self.eval_index(target.slice, frame)
+            indexing.setitem(self, base, index, value, loc)
+        elif isinstance(target, ast.Attribute):
+            raise unsupported(loc, "assignment to an attribute", "assign to arrays or names")
+        else:
+            raise unsupported(loc, f"assignment target {type(target).__name__}", "assign to names or subscripts")
+
+    def unpack(self, value, n, loc):
+        if isinstance(value, (tuple, list)):
+            if len(value) != n:
+                raise FlowgradError(f"{loc}: cannot unpack {len(value)} values into {n} names")
+            return list(value)
+        if isinstance(value, Expr) and value.shape and const_value(value.shape[0]) == n:
+            return [indexing.getitem(self, value, (k,), loc) for k in range(n)]
+        raise unsupported(loc, "unpacking of this value", "unpack tuples or arrays of known length")
+
+    def bind(self, name, value, frame, loc):
+        """``name = value`` with Python semantics: arrays alias, scalars copy."""
+        if isinstance(value, list):
+            value = tuple(value)
+        owned = frame.owned.get(name)
+        if isinstance(value, Expr) and value.shape == ():
+            self.write_scalar(name, value, frame, loc)
+            return
+        if owned is not None and isinstance(value, (bool, int, float, np.number, np.bool_)):
+            self.write_scalar(name, Const(value), frame, loc)
+            return
+        if isinstance(value, Op) or (isinstance(value, Read) and not value.ref.container.ndim):
+            value = self.materialize(value, name, loc)
+        frame.owned.pop(name, None)
+        frame.env[name] = value
+
+    def write_scalar(self, name, e, frame, loc):
+        c = frame.owned.get(name)
+        key = (frame.fn, name)
+        want = e.dtype
+        if key in self.hints:
+            want = np.result_type(want, self.hints[key])
+        if c is None:
+            c = self.container(name, want, ())
+            frame.owned[name] = c
+        elif result_dtype([scalar(c), e], "same") != c.dtype and not (c.dtype.kind == "f" and e.dtype.kind == "f"):
+            self.hints[key] = result_dtype([scalar(c), e], "same")
+            raise Restart()
+        self.emit(Assign(Ref(c, ()), e, loc=loc))
+        frame.env[name] = scalar(c)
+
+    def write_ref(self, ref, value, loc, accumulate=False, rhs=None, opname=None):
+        """Write ``value`` into a view; ``x += y`` on arrays is an in-place accumulation."""
+        if opname == "add" and rhs is not None:
+            e = self.to_expr(rhs, loc)
+            _check_broadcast(e.shape, ref.shape, loc)
+            self.emit(Assign(ref, e, accumulate=True, loc=loc))
+            return
+        e = self.to_expr(value, loc)
+        _check_broadcast(e.shape, ref.shape, loc)
+        self.emit(Assign(ref, e, accumulate=accumulate, loc=loc))
+
+    # ----------------------------------------------------------- control flow
+
+    def stmt_If(self, node, frame):
+        loc = frame.loc(node)
+        cond = self.truth(self.eval(node.test, frame), loc)
+        if not isinstance(cond, Expr):
+            return self.block(node.body if cond else node.orelse, frame)
+        cond = self.hold_scalar(cond, "cond", loc)
+        env0, owned0 = dict(frame.env), dict(frame.owned)
+        then, esc1 = self.collect(self.block, node.body, frame)
+        env1, owned1 = frame.env, frame.owned
+        frame.env, frame.owned = dict(env0), dict(owned0)
+        orelse, esc2 = self.collect(self.block, node.orelse, frame)
+        env2, owned2 = frame.env, frame.owned
+        frame.env, frame.owned = self.merge(frame, (env1, owned1, then, esc1), (env2, owned2, orelse, esc2), loc)
+        self.emit(If(cond, then, orelse, loc))
+        flags = _union(esc1.flags, esc2.flags)
+        if esc1.dead and esc2.dead:
+            return Escape(flags, dead=True)
+        return Escape(flags)
+
+    def hold_scalar(self, e, hint, loc):
+        """A run-time scalar expression as a fresh container read (evaluated once, here)."""
+        if isinstance(e, Read) and e.ref.container.ndim == 0 and e.ref.container.kind != "arg":
+            return e
+        return self.materialize(e, hint, loc)
+
+    def merge(self, frame, a, b, loc):
+        """Join the name bindings of two branches; differing ones meet in a shared container."""
+        env_a, owned_a, stmts_a, esc_a = a
+        env_b, owned_b, stmts_b, esc_b = b
+        env, owned = {}, {}
+        for name in list(dict.fromkeys(list(env_a) + list(env_b))):
+            va, vb = env_a.get(name), env_b.get(name)
+            if esc_a.dead:
+                va = vb
+            if esc_b.dead:
+                vb = va
+            ca, cb = owned_a.get(name), owned_b.get(name)
+            if _same_binding(va, vb) and ca is cb:
+                env[name] = va
+                if ca is not None:
+                    owned[name] = ca
+                continue
+            if va is None or vb is None:
+                v = va if va is not None else vb
+                if isinstance(v, Expr) and not (isinstance(v, Read) and v.ref.container.ndim == 0):
+                    env[name] = v
+                    continue
+                if v is None or not isinstance(v, Expr):
+                    env[name] = v
+                    continue
+            ea = None if va is None else self.to_expr(va, loc)
+            eb = None if vb is None else self.to_expr(vb, loc)
+            ref_e = ea if ea is not None else eb
+            dt = result_dtype([x for x in (ea, eb) if x is not None], "same")
+            if ea is not None and eb is not None and len(ea.shape) != len(eb.shape):
+                raise unsupported(loc, f"name {name!r} bound to arrays of different shapes in the branches",
+                                  "give the variable the same shape on every path")
+            m = self.container(name, dt, ref_e.shape)
+            mref = Ref(m) if m.ndim else Ref(m, ())
+            if ea is not None and not esc_a.dead:
+                stmts_a.append(Assign(mref, ea, loc=loc))
+            if eb is not None and not esc_b.dead:
+                stmts_b.append(Assign(mref, eb, loc=loc))
+            env[name] = Read(mref)
+            if m.ndim == 0:
+                owned[name] = m
+        return env, owned
+
+    def stmt_For(self, node, frame):
+        loc = frame.loc(node)
+        if node.orelse:
+            raise unsupported(loc, "for-else", "use a flag variable")
+        if not isinstance(node.target, ast.Name):
+            raise unsupported(loc, "for loop with a tuple target", "loop over range(...) and index arrays")
+        start, stop, step, reverse, element_of = self.loop_range(node.iter, frame, loc)
+        var = self.container(node.target.id if element_of is None else "i_" + node.target.id, I64, ())
+
+        def body_setup():
+            if element_of is None:
+                self.bind_loop_var(node.target.id, var, frame)
+            else:
+                self.bind(node.target.id, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
+        stmts, esc, ctx = self.loop_body(node, frame, body_setup)
+        bounds = self.hoist_bounds([start, stop, step], stmts, loc)
+        self.emit_loop_prologue(ctx, loc)
+        if ctx.brk is not None:
+            stmts = [If(op("logical_not", scalar(ctx.brk)), stmts, loc=loc)]
+        self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
+        return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
+
+    def bind_loop_var(self, name, var, frame):
+        frame.owned[name] = var
+        frame.env[name] = scalar(var)
+
+    def loop_range(self, it, frame, loc):
+        reverse = False
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "reversed" \
+                and self.lookup("reversed", frame, it) is builtins.reversed:
+            reverse = True
+            it = it.args[0]
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+                and self.lookup("range", frame, it) is builtins.range:
+            if it.keywords or not 1 <= len(it.args) <= 3:
+                raise unsupported(loc, "range() form", "use range(stop), range(start, stop[, step])")
+            vals = [self.eval(a, frame) for a in it.args]
+            for v in vals:
+                if not (isinstance(v, (int, np.integer)) or isinstance(v, Expr) and v.shape == ()
+                        and v.dtype.kind in "iu"):
+                    raise unsupported(loc, "range() with a non-integer bound", "pass integers to range")
+            if len(vals) == 1:
+                vals = [0] + vals
+            if len(vals) == 2:
+                vals.append(1)
+            if const_value(self.to_expr(vals[2])) == 0:
+                raise FlowgradError(f"{loc}: range() step must not be zero")
+            return vals[0], vals[1], vals[2], reverse, None
+        seq = self.eval(it, frame)
+        if isinstance(seq, Expr) and seq.shape:
+            return 0, seq.shape[0], 1, reverse, seq
+        raise unsupported(loc, "for loop over this iterable",
+                          "loop over range(...) (enumerate, zip and lists are not supported)")
+
+    def hoist_bounds(self, bounds, body, loc):
+        """Loop bounds are evaluated once, before the loop: copy any the body may change."""
+        from ..ir.core import walk, stmt_writes
+        written = {r.container for s in walk(body) for r in stmt_writes(s)}
+        out = []
+        for b in bounds:
+            e = self.to_expr(b, loc)
+            from ..ir.core import iter_reads
+            if any(r.ref.container in written or r.ref.container.kind == "arg" and False for r in iter_reads(e)):
+                e = self.materialize(e, "bound", loc)
+            out.append(e)
+        return out
+
+    def loop_body(self, node, frame, setup, extra_tail=None):
+        """Compile a loop body, reconciling names it rebinds so every iteration runs the same code.
+
+        A name the body reads and then rebinds (``x = f(x)``, ``u, v = v, u``) is loop-carried:
+        its new value is copied back into the container it had on entry at the end of each
+        iteration. Names first assigned inside the body are bound to their last value after it.
+        """
+        assigned = _assigned_names(node.body)
+        for name in assigned:
+            v = frame.env.get(name)
+            if isinstance(v, (bool, int, float, np.number)) and not isinstance(v, bool) or \
+                    isinstance(v, (np.bool_,)) or isinstance(v, bool) and name in frame.owned:
+                self.write_scalar(name, Const(v), frame, frame.loc(node))
+        for attempt in range(4):
+            env0, owned0 = dict(frame.env), dict(frame.owned)
+            ctx = LoopCtx()
+            frame.loops.append(ctx)
+            outer_log = self.reads_log
+            self.reads_log = (frame, {})
+            try:
+                def run():
+                    setup()
+                    esc = self.block(node.body, frame)
+                    if extra_tail is not None:
+                        extra_tail()
+                    return esc
+                stmts, esc = self.collect(run)
+            finally:
+                frame.loops.pop()
+                log = self.reads_log[1]
+                self.reads_log = outer_log
+            if outer_log is not None and outer_log[0] is frame:
+                for k, v in log.items():
+                    if env0.get(k) is v:
+                        outer_log[1].setdefault(k, v)
+            fix = self.reconcile(frame, env0, owned0, log, stmts, frame.loc(node))
+            if not fix:
+                if ctx.cont is not None:
+                    stmts.insert(0, Assign(Ref(ctx.cont, ()), Const(False), loc=frame.loc(node)))
+                return stmts, esc, ctx
+            frame.env, frame.owned = env0, owned0
+            for name in fix:
+                frame.env[name] = self.materialize(frame.env[name], name, frame.loc(node))
+        raise unsupported(frame.loc(node), "loop whose variables cannot be given fixed storage",
+                          "avoid rebinding names to views inside the loop")
+
+    def reconcile(self, frame, env0, owned0, log, stmts, loc):
+        """Copy loop-carried rebinds back to their entry containers; returns names needing storage."""
+        carried = []
+        for name, v0 in env0.items():
+            v1 = frame.env.get(name)
+            if _same_binding(v0, v1) and owned0.get(name) is frame.owned.get(name):
+                continue
+            if name not in log or log[name] is not v0:
+                continue
+            if name in owned0 and owned0[name] is frame.owned.get(name):
+                continue
+            if not (isinstance(v0, Read) and v0.ref.is_whole() and v0.ref.container.ndim
+                    and v0.ref.container.kind in ("transient", "arg")):
+                return [name]
+            e1 = self.to_expr(v1, loc)
+            if len(e1.shape) != v0.ref.container.ndim:
+                raise unsupported(loc, f"array {name!r} changing shape inside a loop",
+                                  "preallocate the array with its final shape and fill it in place")
+            carried.append((name, v0, e1))
+        if not carried:
+            for name in list(frame.env):
+                if name not in env0 and name in frame.owned:
+                    pass
+            return []
+        dests = {v0.ref.container for _, v0, _ in carried}
+        carried_names = {n for n, _, _ in carried}
+        # other names still viewing a destination would see it overwritten: give them a copy
+        for name, v in list(frame.env.items()):
+            if name in carried_names or not isinstance(v, Read):
+                continue
+            if v.ref.container in dests:
+                stmts.append(Assign(Ref(c := self.container(name, v.dtype, v.shape)), v, loc=loc))
+                frame.env[name] = Read(Ref(c))
+        staged = []
+        for name, v0, e1 in carried:
+            src_containers = {r.ref.container for r in _reads(e1)}
+            if src_containers & dests:
+                t = self.container(name + "_next", v0.dtype, v0.ref.container.shape)
+                stmts.append(Assign(Ref(t), e1, loc=loc))
+                e1 = Read(Ref(t))
+            staged.append((v0, e1))
+        for v0, e1 in staged:
+            stmts.append(Assign(v0.ref, e1, loc=loc))
+        for name, v0, _ in carried:
+            frame.env[name] = v0
+        return []
+
+    def emit_loop_prologue(self, ctx, loc):
+        if ctx.brk is not None:
+            self.emit(Assign(Ref(ctx.brk, ()), Const(False), loc=loc))
+
+    def stmt_While(self, node, frame):
+        loc = frame.loc(node)
+        if node.orelse:
+            raise unsupported(loc, "while-else", "use a flag variable")
+        cond_name = self.namer("while_cond")
+        cvar = self.container(cond_name, BOOL, ())
+
+        def compute_cond():
+            c = self.truth(self.eval(node.test, frame), loc)
+            self.emit(Assign(Ref(cvar, ()), self.to_expr(c, loc), loc=loc))
+
+        compute_cond()
+        stmts, esc, ctx = self.loop_body(node, frame, lambda: None, extra_tail=compute_cond)
+        self.emit_loop_prologue(ctx, loc)
+        cond = scalar(cvar)
+        if ctx.brk is not None:
+            cond = op("logical_and", cond, op("logical_not", scalar(ctx.brk)))
+        self.emit(While(cond, stmts, loc))
+        return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
+
+    def flag(self, hint):
+        return self.container(hint, BOOL, ())
+
+    def stmt_Break(self, node, frame):
+        if not frame.loops:
+            raise FlowgradError(f"{frame.loc(node)}: break outside a loop")
+        ctx = frame.loops[-1]
+        if ctx.brk is None:
+            ctx.brk = self.flag("brk")
+        self.emit(Assign(Ref(ctx.brk, ()), Const(True), loc=frame.loc(node)))
+        return Escape([ctx.brk], dead=True)
+
+    def stmt_Continue(self, node, frame):
+        if not frame.loops:
+            raise FlowgradError(f"{frame.loc(node)}: continue outside a loop")
+        ctx = frame.loops[-1]
+        if ctx.cont is None:
+            ctx.cont = self.flag("cont")
+        self.emit(Assign(Ref(ctx.cont, ()), Const(True), loc=frame.loc(node)))
+        return Escape([ctx.cont], dead=True)
+
+    def stmt_Return(self, node, frame):
+        loc = frame.loc(node)
+        value = self.eval(node.value, frame) if node.value is not None else None
+        if not frame.loops and self.out_depth_is_frame_top(frame):
+            frame.ret_value = value
+            return Escape(dead=True)
+        if value is None:
+            raise unsupported(loc, "bare return under run-time control flow", "return a value")
+        self.emit(self.store_result(frame, value, node))
+        if frame.ret_flag is None:
+            frame.ret_flag = self.flag("returned")
+            frame_top = self.frame_body_start[frame]
+            frame_top.insert(0, Assign(Ref(frame.ret_flag, ()), Const(False), loc=loc))
+        self.emit(Assign(Ref(frame.ret_flag, ()), Const(True), loc=loc))
+        for ctx in frame.loops:
+            if ctx.brk is None:
+                ctx.brk = self.flag("brk")
+            self.emit(Assign(Ref(ctx.brk, ()), Const(True), loc=loc))
+        return Escape([frame.ret_flag], dead=True)
+
+    def out_depth_is_frame_top(self, frame):
+        return self.out[-1] is self.frame_body_start.get(frame)
+
+    # ----------------------------------------------------------- expressions
+
+    def lookup(self, name, frame, node):
+        if name in frame.env:
+            v = frame.env[name]
+            if self.reads_log is not None and self.reads_log[0] is frame:
+                self.reads_log[1].setdefault(name, v)
+            return v
+        if name in frame.globals:
+            return frame.globals[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise FlowgradError(f"{frame.loc(node)}: name {name!r} is not defined")
+
+    def eval(self, node, frame):
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is None:
+            raise unsupported(frame.loc(node), f"{type(node).__name__} expression",
+                              "rewrite with supported constructs")
+        return method(node, frame)
+
+    def expr_Constant(self, node, frame):
+        return node.value
+
+    def expr_Name(self, node, frame):
+        return self.lookup(node.id, frame, node)
+
+    def expr_Tuple(self, node, frame):
+        return tuple(self.eval(e, frame) for e in node.elts)
+
+    expr_List = expr_Tuple
+
+    def expr_Attribute(self, node, frame):
+        return get_attribute(self, self.eval(node.value, frame), node.attr, frame.loc(node))
+
+    def expr_Subscript(self, node, frame):
+        base = self.eval(node.value, frame)
+        index = self.eval_index(node.slice, frame)
+        if isinstance(base, (tuple, list, str, dict)):
+            if isinstance(index, Expr):
+                raise unsupported(frame.loc(node), "indexing a Python sequence with a run-time value",
+                                  "use arrays")
+            return base[index]
+        return indexing.getitem(self, base, index, frame.loc(node))
+
+    def eval_index(self, node, frame):
+        if isinstance(node, ast.Tuple):
+            return tuple(self.eval_index(e, frame) for e in node.elts)
+        if isinstance(node, ast.Slice):
+            return slice(*(None if p is None else self.eval(p, frame) for p in (node.lower, node.upper, node.step)))
+        return self.eval(node, frame)
+
+    def expr_BinOp(self, node, frame):
+        loc = frame.loc(node)
+        a, b = self.eval(node.left, frame), self.eval(node.right, frame)
+        if isinstance(node.op, ast.MatMult):
+            return call_function(self, np.matmul, [a, b], {}, loc)
+        opname = _BINOPS.get(type(node.op))
+        if opname is None:
+            raise unsupported(loc, f"operator {type(node.op).__name__}", "use arithmetic operators")
+        return self.binop(opname, a, b, loc)
+
+    def binop(self, opname, a, b, loc):
+        if not isinstance(a, Expr) and not isinstance(b, Expr) and not isinstance(a, np.ndarray) \
+                and not isinstance(b, np.ndarray):
+            if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)) or isinstance(a, str):
+                return _PY_BINOPS[opname](a, b)
+            return _PY_BINOPS[opname](a, b)
+        ea, eb = self.to_expr(a, loc), self.to_expr(b, loc)
+        if opname == "power" and isinstance(eb, Const) and eb.value == 2 and not ea.dtype.kind == "b":
+            return op("multiply", ea, ea) if isinstance(ea, Read) else op("square", ea)
+        return op(opname, ea, eb)
+
+    def expr_UnaryOp(self, node, frame):
+        v = self.eval(node.operand, frame)
+        if isinstance(node.op, ast.Not):
+            t = self.truth(v, frame.loc(node))
+            return op("logical_not", t) if isinstance(t, Expr) else (not t)
+        if isinstance(node.op, ast.USub):
+            return -v if not isinstance(v, Expr) else op("negative", v)
+        if isinstance(node.op, ast.UAdd):
+            return v
+        raise unsupported(frame.loc(node), "bitwise invert", "use np.logical_not")
+
+    def expr_Compare(self, node, frame):
+        loc = frame.loc(node)
+        left = self.eval(node.left, frame)
+        result = None
+        for cop, right_node in zip(node.ops, node.comparators):
+            right = self.eval(right_node, frame)
+            name = _CMPOPS.get(type(cop))
+            if name is None:
+                if isinstance(cop, (ast.Is, ast.IsNot)) and not isinstance(left, Expr) \
+                        and not isinstance(right, Expr):
+                    r = (left is right) if isinstance(cop, ast.Is) else (left is not right)
+                else:
+                    raise unsupported(loc, f"comparison {type(cop).__name__}", "use <, <=, >, >=, ==, !=")
+            elif isinstance(left, Expr) or isinstance(right, Expr):
+                r = op(name, self.to_expr(left, loc), self.to_expr(right, loc))
+            else:
+                r = _PY_BINOPS[name](left, right)
+            result = r if result is None else self.logical("logical_and", result, r)
+            left = right
+        return result
+
+    def logical(self, name, a, b):
+        if isinstance(a, Expr) or isinstance(b, Expr):
+            return op(name, self.to_expr(a), self.to_expr(b))
+        return (a and b) if name == "logical_and" else (a or b)
+
+    def expr_BoolOp(self, node, frame):
+        name = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
+        vals = [self.truth(self.eval(v, frame), frame.loc(node)) for v in node.values]
+        out = vals[0]
+        for v in vals[1:]:
+            out = self.logical(name, out, v)
+        return out
+
+    def truth(self, v, loc):
+        """The truth value of ``v``: a Python bool, or a run-time scalar boolean expression."""
+        if isinstance(v, Expr):
+            if v.shape != ():
+                raise FlowgradError(f"{loc}: the truth value of an array is ambiguous; use np.any/np.all "
+                                    "or compare a scalar")
+            return v if v.dtype == BOOL else op("not_equal", v, 0)
+        return bool(v)
+
+    def expr_IfExp(self, node, frame):
+        c = self.truth(self.eval(node.test, frame), frame.loc(node))
+        if not isinstance(c, Expr):
+            return self.eval(node.body if c else node.orelse, frame)
+        a, b = self.eval(node.body, frame), self.eval(node.orelse, frame)
+        return op("where", c, self.to_expr(a), self.to_expr(b))
+
+    def expr_Call(self, node, frame):
+        loc = frame.loc(node)
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                raise unsupported(frame.loc(a), "starred argument", "pass arguments explicitly")
+        if isinstance(node.func, ast.Attribute):
+            obj = self.eval(node.func.value, frame)
+            args = [self.eval(a, frame) for a in node.args]
+            kwargs = {k.arg: self.eval(k.value, frame) for k in node.keywords}
+            if isinstance(obj, Expr):
+                return call_method(self, obj, node.func.attr, args, kwargs, loc)
+            fn = get_attribute(self, obj, node.func.attr, loc)
+        else:
+            fn = self.eval(node.func, frame)
+            args = [self.eval(a, frame) for a in node.args]
+            kwargs = {k.arg: self.eval(k.value, frame) for k in node.keywords}
+        if any(k is None for k in kwargs):
+            raise unsupported(loc, "**kwargs in a call", "pass keyword arguments explicitly")
+        return self.call(fn, args, kwargs, loc, _call_name(node.func))
+
+    def call(self, fn, args, kwargs, loc, name):
+        if isinstance(fn, types.FunctionType) and not _is_library(fn):
+            return self.inline(fn, args, kwargs, loc)
+        return call_function(self, fn, args, kwargs, loc, name)
+
+    def inline(self, fn, args, kwargs, loc):
+        """Compile a call to a plain Python function in place (its body is inlined)."""
+        self.depth += 1
+        if self.depth > 32:
+            raise unsupported(loc, f"recursion in {fn.__name__}", "write the recursion as a loop")
+        frame, fdef = self.new_frame(fn)
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise FlowgradError(f"{loc}: calling {fn.__name__}: {exc}") from None
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            if isinstance(value, Expr) and value.shape == ():
+                c = self.container(name, value.dtype, ())
+                self.emit(Assign(Ref(c, ()), value, loc=loc))
+                frame.owned[name] = c
+                value = scalar(c)
+            elif isinstance(value, Op):
+                value = self.materialize(value, name, loc)
+            frame.env[name] = value
+        self.frames.append(frame)
+        saved_log = self.reads_log
+        self.reads_log = None
+        try:
+            body, esc = self.collect(self._frame_block, fdef, frame)
+            for s in body:
+                self.emit(s)
+            return self.finish_frame(frame, fdef, self.out[-1])
+        finally:
+            self.reads_log = saved_log
+            self.frames.pop()
+            self.depth -= 1
+
+    def _frame_block(self, fdef, frame):
+        self.frame_body_start[frame] = self.out[-1]
+        return self.block(fdef.body, frame)
+
+    frame_body_start = None
+
+
+def _call_name(func):
+    try:
+        return ast.unparse(func)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def _is_library(fn):
+    mod = getattr(fn, "__module__", "") or ""
+    return mod.split(".")[0] in ("numpy", "scipy", "math", "builtins", "jax", "torch", "flowgrad")
+
+
+def _union(a, b):
+    out = list(a)
+    for f in b:
+        if all(f is not g for g in out):
+            out.append(f)
+    return out
+
+
+def _same_binding(a, b):
+    if a is b:
+        return True
+    if isinstance(a, Read) and isinstance(b, Read):
+        return same_ref(a.ref, b.ref)
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return False
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - arrays and odd objects compare badly
+        return False
+
+
+def _reads(e):
+    from ..ir.core import iter_reads
+    return list(iter_reads(e))
+
+
+def _check_broadcast(src, dst, loc):
+    from ..ir.core import broadcast_shapes
+    if len(src) > len(dst):
+        raise FlowgradError(f"{loc}: cannot assign a value of rank {len(src)} into a view of rank {len(dst)}")
+    try:
+        out = broadcast_shapes(src, dst)
+    except ValueError as exc:
+        raise FlowgradError(f"{loc}: {exc}") from None
+    for a, b in zip(out, dst):
+        if const_value(a) is not None and const_value(b) is not None and const_value(a) != const_value(b):
+            raise FlowgradError(f"{loc}: cannot broadcast a value into a view of shape "
+                                f"{tuple(const_value(d) for d in dst)}")
+
+
+def _assigned_names(stmts):
+    names = []
+    for node in stmts:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                names.append(sub.id)
+            elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
+                names.append(sub.target.id)
+    return list(dict.fromkeys(names))
+
+
+_BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
+           ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power"}
+_CMPOPS = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
+           ast.Eq: "equal", ast.NotEq: "not_equal"}
+_PY_BINOPS = {
+    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "divide": lambda a, b: a / b, "floor_divide": lambda a, b: a // b, "mod": lambda a, b: a % b,
+    "power": lambda a, b: a ** b, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
+    "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
+    "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
+}
+
+
+def capture(fn, args):
+    """Capture ``fn`` for the call ``fn(*args)``: returns (params, body, result, containers, consts)."""
+    hints = {}
+    for _ in range(16):
+        fe = Frontend(fn, hints)
+        fe.frame_body_start = {}
+        try:
+            fe.frames = []
+            params, body, result = fe.capture_top(args)
+            return fe, params, body, result
+        except Restart:
+            continue
+    raise FlowgradError(f"could not settle the types of the scalars in {fn.__name__}")
+
+
+
+
+__all__ = ["capture", "Frontend", "math"]

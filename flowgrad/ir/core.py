@@ -1,0 +1,582 @@
+"""The data-centric IR: containers, references (memlets), expressions and statements.
+
+Every statement names exactly which part of which container it reads and writes.
+Integer expressions (indices, bounds, shapes) use the same expression nodes as data.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+F64 = np.dtype(np.float64)
+I64 = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+# ---------------------------------------------------------------- containers
+
+
+class Container:
+    """A named array or scalar. kind: 'arg' (parameter), 'transient' or 'tape'."""
+
+    __slots__ = ("name", "dtype", "shape", "kind")
+
+    def __init__(self, name: str, dtype, shape: tuple, kind: str = "transient"):
+        self.name = name
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(as_expr(d) for d in shape)
+        self.kind = kind
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"Container({self.name})"
+
+
+# ---------------------------------------------------------------- subsets
+
+
+class Index:
+    """One position along a dimension (the dimension disappears)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at):
+        self.at = as_expr(at)
+
+
+class Slice:
+    """``size`` positions start, start+step, ... along a dimension."""
+
+    __slots__ = ("start", "size", "step")
+
+    def __init__(self, start, size, step=1):
+        self.start = as_expr(start)
+        self.size = as_expr(size)
+        self.step = as_expr(step)
+
+
+class NewAxis:
+    """A length-1 axis inserted into the view."""
+
+    __slots__ = ()
+
+
+class Ref:
+    """A memlet: a container and a subset, optionally with its axes permuted.
+
+    ``items`` has one Index or Slice per container dimension (in order), with
+    NewAxis entries interleaved; ``perm`` permutes the resulting view's axes.
+    """
+
+    __slots__ = ("container", "items", "perm")
+
+    def __init__(self, container: Container, items=None, perm=None):
+        self.container = container
+        if items is None:
+            items = tuple(Slice(0, d, 1) for d in container.shape)
+        self.items = tuple(items)
+        self.perm = tuple(perm) if perm is not None else None
+
+    @property
+    def shape(self) -> tuple:
+        dims = []
+        for it in self.items:
+            if isinstance(it, Slice):
+                dims.append(it.size)
+            elif isinstance(it, NewAxis):
+                dims.append(Const(1))
+        if self.perm is not None:
+            dims = [dims[p] for p in self.perm]
+        return tuple(dims)
+
+    @property
+    def dtype(self):
+        return self.container.dtype
+
+    def is_whole(self) -> bool:
+        """True when the reference covers its container exactly, in order."""
+        if self.perm is not None or len(self.items) != self.container.ndim:
+            return False
+        for it, d in zip(self.items, self.container.shape):
+            if not (isinstance(it, Slice) and const_value(it.start) == 0 and const_value(it.step) == 1
+                    and same_expr(it.size, d)):
+                return False
+        return True
+
+    def index_exprs(self):
+        """The integer expressions this reference's position depends on."""
+        for it in self.items:
+            if isinstance(it, Index):
+                yield it.at
+            elif isinstance(it, Slice):
+                yield it.start
+                yield it.size
+                yield it.step
+
+    def with_container(self, container: Container) -> "Ref":
+        return Ref(container, self.items, self.perm)
+
+
+# ---------------------------------------------------------------- expressions
+
+
+class Expr:
+    """Base of expression nodes. Operators build elementwise ``Op`` nodes."""
+
+    __slots__ = ()
+
+    def __add__(self, o):
+        return op("add", self, o)
+
+    def __radd__(self, o):
+        return op("add", o, self)
+
+    def __sub__(self, o):
+        return op("subtract", self, o)
+
+    def __rsub__(self, o):
+        return op("subtract", o, self)
+
+    def __mul__(self, o):
+        return op("multiply", self, o)
+
+    def __rmul__(self, o):
+        return op("multiply", o, self)
+
+    def __truediv__(self, o):
+        return op("divide", self, o)
+
+    def __rtruediv__(self, o):
+        return op("divide", o, self)
+
+    def __pow__(self, o):
+        return op("power", self, o)
+
+    def __neg__(self):
+        return op("negative", self)
+
+
+class Const(Expr):
+    """A scalar constant. ``weak``: a Python literal, which takes its partner's dtype (NEP 50)."""
+
+    __slots__ = ("value", "dtype", "weak")
+
+    def __init__(self, value, dtype=None, weak=None):
+        if dtype is None:
+            if isinstance(value, (bool, np.bool_)):
+                dtype = BOOL
+            elif isinstance(value, (int, np.integer)):
+                dtype = I64
+            else:
+                dtype = F64
+        self.dtype = np.dtype(dtype)
+        self.value = self.dtype.type(value).item()
+        self.weak = (not isinstance(value, np.generic)) if weak is None else weak
+
+    shape = ()
+
+
+class Read(Expr):
+    """The current values of a Ref."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: Ref):
+        self.ref = ref
+
+    @property
+    def shape(self):
+        return self.ref.shape
+
+    @property
+    def dtype(self):
+        return self.ref.container.dtype
+
+
+class Op(Expr):
+    """An elementwise primitive (see ``ELEMENTWISE``) over broadcast operands."""
+
+    __slots__ = ("name", "args", "dtype", "shape")
+
+    def __init__(self, name, args, dtype, shape):
+        self.name = name
+        self.args = tuple(args)
+        self.dtype = np.dtype(dtype)
+        self.shape = shape
+
+
+# name -> (arity, result kind): 'same' numeric promotion, 'float' promotes ints to float64,
+# 'bool' comparison/logic, 'cast' takes the dtype from attrs.
+ELEMENTWISE = {
+    "add": (2, "same"), "subtract": (2, "same"), "multiply": (2, "same"),
+    "divide": (2, "float"), "floor_divide": (2, "same"), "mod": (2, "same"),
+    "power": (2, "same"), "maximum": (2, "same"), "minimum": (2, "same"),
+    "arctan2": (2, "float"), "hypot": (2, "float"),
+    "negative": (1, "same"), "abs": (1, "same"), "sign": (1, "same"), "square": (1, "same"),
+    "exp": (1, "float"), "expm1": (1, "float"), "log": (1, "float"), "log1p": (1, "float"),
+    "log2": (1, "float"), "log10": (1, "float"), "sqrt": (1, "float"),
+    "sin": (1, "float"), "cos": (1, "float"), "tan": (1, "float"),
+    "arcsin": (1, "float"), "arccos": (1, "float"), "arctan": (1, "float"),
+    "sinh": (1, "float"), "cosh": (1, "float"), "tanh": (1, "float"),
+    "floor": (1, "same"), "ceil": (1, "same"), "round": (1, "same"),
+    "where": (3, "where"),
+    "less": (2, "bool"), "less_equal": (2, "bool"), "greater": (2, "bool"),
+    "greater_equal": (2, "bool"), "equal": (2, "bool"), "not_equal": (2, "bool"),
+    "logical_and": (2, "bool"), "logical_or": (2, "bool"), "logical_not": (1, "bool"),
+    "isnan": (1, "bool"), "isfinite": (1, "bool"),
+    "float64": (1, "cast"), "float32": (1, "cast"), "int64": (1, "cast"), "int32": (1, "cast"),
+    "bool": (1, "cast"),
+}
+CASTS = {"float64": np.float64, "float32": np.float32, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
+
+
+def as_expr(x) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, (bool, int, float, np.generic)):
+        return Const(x)
+    raise TypeError(f"cannot make an IR expression of {x!r}")
+
+
+def const_value(e):
+    """The Python value of a constant expression, else None."""
+    return e.value if isinstance(e, Const) else None
+
+
+def result_dtype(args, kind):
+    """NumPy 2 promotion with Python literals weak (NEP 50)."""
+    strong = [a.dtype for a in args if not (isinstance(a, Const) and a.weak)]
+    weak = [a.dtype for a in args if isinstance(a, Const) and a.weak]
+    if strong:
+        dt = np.result_type(*strong)
+        for w in weak:
+            if w.kind == "f" and dt.kind in "biu":
+                dt = F64
+            elif w.kind in "iu" and dt.kind == "b":
+                dt = I64
+    else:
+        dt = np.result_type(*weak)
+    if kind == "float" and dt.kind in "biu":
+        dt = F64
+    return np.dtype(dt)
+
+
+def broadcast_shapes(*shapes):
+    """Broadcast symbolic shapes; dims that are not provably 1 or equal are taken as equal."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(ndim):
+        dim = None
+        for s in shapes:
+            k = axis - (ndim - len(s))
+            if k < 0:
+                continue
+            d = s[k]
+            if dim is None or const_value(dim) == 1:
+                dim = d
+            elif const_value(d) == 1 or same_expr(d, dim):
+                continue
+            elif isinstance(d, Const) and isinstance(dim, Const):
+                raise ValueError(f"shapes {fmt_shape(shapes[0])} and {fmt_shape(s)} do not broadcast")
+            elif isinstance(d, Const):
+                dim = d
+        out.append(dim)
+    return tuple(out)
+
+
+def fmt_shape(shape):
+    from .printer import expr_text
+    return "(" + ", ".join(expr_text(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+_FOLD = {
+    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "floor_divide": lambda a, b: a // b if b else None, "mod": lambda a, b: a % b if b else None,
+    "maximum": max, "minimum": min, "negative": lambda a: -a,
+    "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b, "greater": lambda a, b: a > b,
+    "greater_equal": lambda a, b: a >= b, "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
+    "logical_and": lambda a, b: bool(a and b), "logical_or": lambda a, b: bool(a or b),
+    "logical_not": lambda a: not a,
+}
+
+
+def op(name, *args, dtype=None) -> Expr:
+    """Build an elementwise node, folding integer constants and trivial identities."""
+    args = tuple(as_expr(a) for a in args)
+    arity, kind = ELEMENTWISE[name]
+    if len(args) != arity:
+        raise TypeError(f"{name} takes {arity} operands")
+    if kind == "cast":
+        dt = np.dtype(CASTS[name])
+    elif kind == "bool":
+        dt = BOOL
+    elif kind == "where":
+        dt = result_dtype(args[1:], "same")
+    else:
+        dt = result_dtype(args, kind)
+    folded = _fold(name, args, dt)
+    if folded is not None:
+        return folded
+    return Op(name, args, dt, broadcast_shapes(*(a.shape for a in args)))
+
+
+def _fold(name, args, dt):
+    vals = [const_value(a) for a in args]
+    if all(v is not None for v in vals) and dt.kind in "biu" and name in _FOLD:
+        r = _FOLD[name](*vals)
+        if r is not None:
+            return Const(r, dt, weak=all(a.weak for a in args))
+    if len(args) == 2 and dt.kind in "iu":
+        a, b = args
+        if name == "add":
+            if vals[0] == 0:
+                return b
+            if vals[1] == 0:
+                return a
+        if name == "subtract" and vals[1] == 0:
+            return a
+        if name == "multiply":
+            if vals[0] == 1:
+                return b
+            if vals[1] == 1:
+                return a
+            if 0 in vals:
+                return Const(0)
+        if name == "floor_divide" and vals[1] == 1:
+            return a
+    if name in CASTS and args[0].dtype == dt:
+        return args[0]
+    return None
+
+
+def same_expr(a: Expr, b: Expr) -> bool:
+    """Structural equality of expressions."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Const):
+        return a.value == b.value and a.dtype == b.dtype
+    if isinstance(a, Read):
+        return same_ref(a.ref, b.ref)
+    if isinstance(a, Op):
+        return a.name == b.name and len(a.args) == len(b.args) and all(
+            same_expr(x, y) for x, y in zip(a.args, b.args))
+    return False
+
+
+def same_ref(a: Ref, b: Ref) -> bool:
+    if a.container is not b.container or a.perm != b.perm or len(a.items) != len(b.items):
+        return False
+    for x, y in zip(a.items, b.items):
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, Index) and not same_expr(x.at, y.at):
+            return False
+        if isinstance(x, Slice) and not (same_expr(x.start, y.start) and same_expr(x.size, y.size)
+                                         and same_expr(x.step, y.step)):
+            return False
+    return True
+
+
+def iter_reads(e: Expr):
+    """Every Read in an expression, including those inside index expressions."""
+    if isinstance(e, Read):
+        yield e
+        for ie in e.ref.index_exprs():
+            yield from iter_reads(ie)
+    elif isinstance(e, Op):
+        for a in e.args:
+            yield from iter_reads(a)
+
+
+def data_reads(e: Expr):
+    """Reads whose values flow into the result (not conditions of where, not indices)."""
+    if isinstance(e, Read):
+        yield e
+    elif isinstance(e, Op):
+        if ELEMENTWISE[e.name][1] == "bool" or e.name in ("floor", "ceil", "round", "sign"):
+            return
+        args = e.args[1:] if e.name == "where" else e.args
+        for a in args:
+            yield from data_reads(a)
+
+
+def scalar(container: Container) -> Read:
+    return Read(Ref(container, ()))
+
+
+# ---------------------------------------------------------------- statements
+
+
+class Stmt:
+    __slots__ = ()
+
+
+class Assign(Stmt):
+    """``dst = expr`` (or ``dst += expr``), NumPy semantics: the right side is evaluated first."""
+
+    __slots__ = ("dst", "expr", "accumulate", "loc")
+
+    def __init__(self, dst: Ref, expr: Expr, accumulate=False, loc=None):
+        self.dst, self.expr, self.accumulate, self.loc = dst, as_expr(expr), accumulate, loc
+
+
+class Call(Stmt):
+    """A non-elementwise operation (see ``flowgrad.autodiff.rules.CALLS``).
+
+    Inputs are Reads or Consts; each output is a whole transient container it overwrites.
+    """
+
+    __slots__ = ("op", "inputs", "outputs", "attrs", "loc")
+
+    def __init__(self, op: str, inputs, outputs, attrs=None, loc=None):
+        self.op, self.inputs, self.outputs = op, tuple(as_expr(i) for i in inputs), tuple(outputs)
+        self.attrs = dict(attrs or {})
+        self.loc = loc
+
+
+class For(Stmt):
+    """``for var in range(start, stop, step)`` (bounds evaluated once); ``reverse`` walks it backwards."""
+
+    __slots__ = ("var", "start", "stop", "step", "body", "reverse", "loc")
+
+    def __init__(self, var: Container, start, stop, step, body, reverse=False, loc=None):
+        self.var = var
+        self.start, self.stop, self.step = as_expr(start), as_expr(stop), as_expr(step)
+        self.body, self.reverse, self.loc = list(body), reverse, loc
+
+
+class While(Stmt):
+    """``while cond: body``; cond is a scalar boolean expression recomputed by the body."""
+
+    __slots__ = ("cond", "body", "loc")
+
+    def __init__(self, cond: Expr, body, loc=None):
+        self.cond, self.body, self.loc = cond, list(body), loc
+
+
+class If(Stmt):
+    """``if cond: then else: orelse`` on a scalar boolean expression."""
+
+    __slots__ = ("cond", "then", "orelse", "loc")
+
+    def __init__(self, cond: Expr, then, orelse=(), loc=None):
+        self.cond, self.then, self.orelse, self.loc = cond, list(then), list(orelse), loc
+
+
+class Push(Stmt):
+    """Save the current values of ``ref`` on ``tape`` (last in, first out).
+
+    ``copy=False`` when the write being undone rebinds the whole container to fresh memory,
+    so the old memory itself can be kept.
+    """
+
+    __slots__ = ("tape", "ref", "loc", "copy")
+
+    def __init__(self, tape: Container, ref: Ref, loc=None, copy=True):
+        self.tape, self.ref, self.loc, self.copy = tape, ref, loc, copy
+
+
+class Pop(Stmt):
+    """Restore ``ref`` from the last entry of ``tape``."""
+
+    __slots__ = ("tape", "ref", "loc")
+
+    def __init__(self, tape: Container, ref: Ref, loc=None):
+        self.tape, self.ref, self.loc = tape, ref, loc
+
+
+class Program:
+    """A captured function: parameters, containers, a body and its results."""
+
+    def __init__(self, name, params, body, results, containers, inputs=(), outputs=()):
+        self.name = name
+        self.params = list(params)          # argument containers, in call order
+        self.body = list(body)
+        self.results = list(results)        # containers returned by the forward function
+        self.containers = dict(containers)  # name -> Container, every container used
+        self.inputs = list(inputs)          # extra inputs (e.g. the cotangent seed)
+        self.outputs = list(outputs)        # extra outputs (e.g. gradients)
+
+    def __str__(self):
+        from .printer import program_text
+        return program_text(self)
+
+
+# ---------------------------------------------------------------- walking
+
+
+def walk(stmts):
+    """Every statement, depth first, in program order."""
+    for s in stmts:
+        yield s
+        for body in child_blocks(s):
+            yield from walk(body)
+
+
+def child_blocks(s):
+    if isinstance(s, (For, While)):
+        return (s.body,)
+    if isinstance(s, If):
+        return (s.then, s.orelse)
+    return ()
+
+
+def stmt_writes(s):
+    """Refs written by a simple statement."""
+    if isinstance(s, Assign):
+        return (s.dst,)
+    if isinstance(s, Call):
+        return tuple(Ref(c) for c in s.outputs)
+    if isinstance(s, Pop):
+        return (s.ref,)
+    if isinstance(s, For):
+        return (Ref(s.var, ()),)
+    return ()
+
+
+def stmt_reads(s):
+    """Reads of a statement's own expressions (not of nested blocks), indices included."""
+    out = []
+    if isinstance(s, Assign):
+        out += iter_reads(s.expr)
+        for ie in s.dst.index_exprs():
+            out += iter_reads(ie)
+        if s.accumulate:
+            out.append(Read(s.dst))
+    elif isinstance(s, Call):
+        for e in s.inputs:
+            out += iter_reads(e)
+        for v in s.attrs.values():
+            if isinstance(v, Expr):
+                out += iter_reads(v)
+            elif isinstance(v, tuple):
+                for x in v:
+                    if isinstance(x, Expr):
+                        out += iter_reads(x)
+        for c in s.outputs:
+            for d in c.shape:
+                out += iter_reads(d)
+    elif isinstance(s, For):
+        for e in (s.start, s.stop, s.step):
+            out += iter_reads(e)
+    elif isinstance(s, (While, If)):
+        out += iter_reads(s.cond)
+    elif isinstance(s, Push):
+        out.append(Read(s.ref))
+        for ie in s.ref.index_exprs():
+            out += iter_reads(ie)
+    elif isinstance(s, Pop):
+        for ie in s.ref.index_exprs():
+            out += iter_reads(ie)
+    if isinstance(s, Assign) and s.dst.is_whole():
+        for d in s.dst.container.shape:
+            out += iter_reads(d)
+    return out
