@@ -330,7 +330,8 @@ CALLS = {
                              doc="boolean-mask write y[m] = v"),
     "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", inplace=True,
                          doc="boolean-mask accumulate y[m] += v"),
-    "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])})", _vjp_sum_to,
+    "sum_to": CallRule(lambda i, a: f"np.sum({i[0]})" if not a["shape"] else
+                       f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])})", _vjp_sum_to,
                        doc="sum a broadcast adjoint back to an operand's shape"),
 }
 

@@ -1,0 +1,28 @@
+"""covariance: PolyBench covariance -- centre columns, then symmetric covariance via triangular row slices."""
+import numpy as np
+
+
+def kernel(data):
+    n, m = data.shape
+    mean = np.mean(data, axis=0)
+    data -= mean
+    cov = np.zeros((m, m))
+    for i in range(m):
+        cov[i, i:] = data[:, i] @ data[:, i:] / (n - 1.0)
+        cov[i:, i] = cov[i, i:]
+    return np.sum(cov * cov)
+
+
+WRT = ("data",)
+SIZES = {"test": {"n": 12, "m": 8}, "bench": {"n": 600, "m": 500}}
+
+
+def args(size="test", seed=0):
+    rng = np.random.default_rng(seed)
+    p = SIZES[size]
+    data = rng.standard_normal((p["n"], p["m"])) + rng.uniform(-1.0, 1.0, p["m"])
+    return (data,)
+
+
+JAX_NOTE = ("row loop writes triangular slices cov[i, i:] whose length depends on the loop index; "
+            "JAX needs static shapes, so the loop must be replaced by a full matrix product")

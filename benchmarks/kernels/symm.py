@@ -1,0 +1,30 @@
+"""symm: PolyBench symm -- C = alpha*A@B + beta*C with symmetric A stored in its lower triangle; triangular k range."""
+import numpy as np
+
+
+def kernel(alpha, beta, C, A, B):
+    m, n = C.shape
+    for i in range(m):
+        for j in range(n):
+            C[:i, j] += alpha * B[i, j] * A[i, :i]
+            temp2 = B[:i, j] @ A[i, :i]
+            C[i, j] = beta * C[i, j] + alpha * B[i, j] * A[i, i] + alpha * temp2
+    return np.sum(C * C) / (m * n)
+
+
+WRT = ("alpha", "beta", "C", "A", "B")
+SIZES = {"test": {"m": 6, "n": 8}, "bench": {"m": 100, "n": 120}}
+
+
+def args(size="test", seed=0):
+    rng = np.random.default_rng(seed)
+    p = SIZES[size]
+    m, n = p["m"], p["n"]
+    C = rng.standard_normal((m, n))
+    A = rng.standard_normal((m, m)) / np.sqrt(m)
+    B = rng.standard_normal((m, n))
+    return (1.5, 1.2, C, A, B)
+
+
+JAX_NOTE = ("slices C[:i, j], A[i, :i] have lengths depending on the outer index; lax.fori_loop needs "
+            "static shapes, so JAX needs a masked rewrite")

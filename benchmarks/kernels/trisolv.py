@@ -1,0 +1,29 @@
+"""trisolv: PolyBench trisolv -- forward substitution L x = b with a scalar inner loop j < i."""
+import numpy as np
+
+
+def kernel(L, b):
+    n = L.shape[0]
+    x = np.zeros(n)
+    for i in range(n):
+        x[i] = b[i]
+        for j in range(i):
+            x[i] -= L[i, j] * x[j]
+        x[i] = x[i] / L[i, i]
+    return np.sum(x * x) + np.sum(x)
+
+
+WRT = ("L", "b")
+SIZES = {"test": {"n": 10}, "bench": {"n": 300}}
+
+
+def args(size="test", seed=0):
+    rng = np.random.default_rng(seed)
+    n = SIZES[size]["n"]
+    L = np.tril(rng.uniform(-1.0, 1.0, (n, n))) / n + np.diag(rng.uniform(1.0, 2.0, n))
+    b = rng.standard_normal(n)
+    return (L, b)
+
+
+JAX_NOTE = ("inner loop range(i) depends on the outer index; lax.fori_loop with a traced bound lowers "
+            "to while_loop, which JAX cannot reverse-differentiate")

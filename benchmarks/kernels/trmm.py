@@ -1,0 +1,28 @@
+"""trmm: PolyBench trmm -- B = alpha * A^T B with unit lower-triangular A; dot products over A[i+1:, i]."""
+import numpy as np
+
+
+def kernel(alpha, A, B):
+    m, n = B.shape
+    for i in range(m):
+        for j in range(n):
+            B[i, j] += A[i + 1:, i] @ B[i + 1:, j]
+            B[i, j] *= alpha
+    return np.sum(B * B) / (m * n)
+
+
+WRT = ("alpha", "A", "B")
+SIZES = {"test": {"m": 8, "n": 6}, "bench": {"m": 120, "n": 150}}
+
+
+def args(size="test", seed=0):
+    rng = np.random.default_rng(seed)
+    p = SIZES[size]
+    m, n = p["m"], p["n"]
+    A = rng.standard_normal((m, m)) / np.sqrt(m)
+    B = rng.standard_normal((m, n))
+    return (1.1, A, B)
+
+
+JAX_NOTE = ("slices A[i + 1:, i], B[i + 1:, j] shrink with the loop index; lax.fori_loop needs static "
+            "shapes, so JAX needs a masked rewrite")

@@ -1,0 +1,56 @@
+"""Shared pytest setup: import paths, markers and the ``backend`` fixture.
+
+The suite is split by what a test needs (STYLE.md, rule 7):
+
+* core (no marker): NumPy only, fast, always runs;
+* ``jax``: compares against JAX, skipped with a reason when JAX is missing;
+* ``native``: needs Numba (the "native" backend);
+* ``ml``: needs PyTorch / ONNX;
+* ``slow``: long runs, deselect with ``-m "not slow"``.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+
+# The repository root first, so that `import flowgrad` and `import benchmarks.kernels`
+# find this checkout rather than an installed copy; the tests folder for `import oracle`.
+for _path in (str(TESTS_DIR), str(REPO_ROOT)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+# Every engine test runs once per backend. Enabling "native" (Numba) is a one-line change:
+#   BACKENDS = ["numpy"] + (["native"] if importlib.util.find_spec("numba") else [])
+BACKENDS = ["numpy"]
+
+_BACKEND_MARKS = {"native": [pytest.mark.native]}
+
+MARKERS = {
+    "slow": "long-running test; deselect with -m 'not slow'",
+    "jax": "needs jax (cross-checks gradients against jax.grad)",
+    "native": "needs numba (the native backend)",
+    "ml": "needs an ML framework (PyTorch / ONNX)",
+}
+
+
+def pytest_configure(config):
+    for name, help_text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {help_text}")
+
+
+def have_module(name):
+    """True when `name` can be imported, without importing it."""
+    return importlib.util.find_spec(name) is not None
+
+
+@pytest.fixture(
+    params=[pytest.param(b, marks=_BACKEND_MARKS.get(b, []), id=b) for b in BACKENDS]
+)
+def backend(request):
+    """Name of the flowgrad backend under test (passed as ``backend=``)."""
+    return request.param

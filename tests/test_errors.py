@@ -1,0 +1,316 @@
+"""Errors are features (STYLE.md, rule 8): each names the problem, the place and the fix.
+
+* UnsupportedError: raised at the first call, before any user code runs, with the message
+  ``<file>:<line>: unsupported <construct>: <hint>``. Line numbers are found by searching
+  the function's source for a marker, never hard-coded.
+* InputError (also a ValueError): bad input at call time; the message names what is wrong.
+
+After any error the caller's arrays are unchanged.
+"""
+
+import inspect
+import os
+import re
+
+import numpy as np
+import pytest
+
+import flowgrad
+
+try:
+    import scipy.special
+except ImportError:  # the test that needs it skips
+    scipy = None
+
+THIS_FILE = os.path.basename(__file__)
+
+
+def line_of(fn, marker):
+    """Absolute line number in this file of the first line of `fn` containing `marker`."""
+    lines, start = inspect.getsourcelines(fn)
+    for offset, text in enumerate(lines):
+        if marker in text:
+            return start + offset
+    raise AssertionError(f"test bug: {marker!r} not in the source of {fn.__name__}")
+
+
+def assert_unsupported_message(error, fn, marker, word_pattern):
+    message = str(error)
+    line = line_of(fn, marker)
+    assert f"{THIS_FILE}:{line}:" in message, (
+        f"message should name {THIS_FILE}:{line} (the line with {marker!r}), got: {message}"
+    )
+    assert re.search(rf"{re.escape(THIS_FILE)}:{line}: unsupported .+: \S", message), (
+        f"message should read '<file>:<line>: unsupported <construct>: <hint>', got: {message}"
+    )
+    assert re.search(word_pattern, message, re.IGNORECASE), (
+        f"message should name the construct ({word_pattern!r}), got: {message}"
+    )
+
+
+def U(shape, lo=-1.0, hi=1.0, seed=0):
+    return np.random.default_rng(seed).uniform(lo, hi, shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Unsupported constructs
+# ---------------------------------------------------------------------------------------
+
+
+def uses_list_comprehension(x):
+    y = x * 2.0
+    parts = [v * v for v in y]
+    return np.sum(parts)
+
+
+def uses_try(x):
+    y = x * 2.0
+    try:
+        y = np.log(y)
+    except FloatingPointError:
+        y = y + 1.0
+    return np.sum(y)
+
+
+def uses_lambda(x):
+    square = lambda v: v * v  # noqa: E731 -- the construct under test
+    return np.sum(square(x))
+
+
+def defines_class(x):
+    class Box:
+        scale = 2.0
+
+    return np.sum(x) * Box.scale
+
+
+def uses_fft(x):
+    spectrum = np.fft.fft(x)
+    return np.sum(np.abs(spectrum))
+
+
+def uses_eig(A):
+    w, v = np.linalg.eig(A)
+    return np.sum(np.abs(w))
+
+
+def uses_scipy_gamma(x):
+    return np.sum(scipy.special.gamma(x))
+
+
+CALLS = 0
+
+
+def uses_global(x):
+    global CALLS
+    CALLS += 1
+    return np.sum(x) * CALLS
+
+
+def _helper_with_lambda(x):
+    twice = lambda v: 2.0 * v  # noqa: E731 -- the construct under test
+    return twice(x)
+
+
+def calls_bad_helper(x):
+    y = x ** 2
+    return np.sum(_helper_with_lambda(y))
+
+
+def unsupported_in_dead_branch(x, n):
+    s = np.sum(x ** 2)
+    if n > 1000:
+        s = s + np.sum([v for v in x])
+    return s
+
+
+def mutates_then_unsupported(A):
+    A[0] = 99.0
+    A *= 3.0
+    rows = [a for a in A]
+    return np.sum(rows)
+
+
+UNSUPPORTED = [
+    pytest.param(uses_list_comprehension, "for v in y", r"comprehension", lambda: (U((4,)),), id="list-comprehension"),
+    pytest.param(uses_try, "try:", r"\btry\b", lambda: (U((4,), 0.5, 1.0),), id="try-except"),
+    pytest.param(uses_lambda, "lambda v", r"lambda", lambda: (U((4,)),), id="lambda"),
+    pytest.param(defines_class, "class Box", r"\bclass\b", lambda: (U((4,)),), id="class-definition"),
+    pytest.param(uses_fft, "np.fft.fft(x)", r"\b(np|numpy)\.fft\.fft\b", lambda: (U((4,)),), id="np.fft.fft"),
+    pytest.param(uses_eig, "np.linalg.eig(A)", r"\b(np|numpy)\.linalg\.eig\b", lambda: (U((3, 3)),), id="np.linalg.eig"),
+    pytest.param(uses_scipy_gamma, "scipy.special.gamma(x)", r"gamma", lambda: (U((4,), 0.5, 2.0),), id="scipy.special.gamma"),
+    pytest.param(uses_global, "global CALLS", r"\bglobal\b", lambda: (U((4,)),), id="global"),
+    pytest.param(unsupported_in_dead_branch, "for v in x", r"comprehension", lambda: (U((4,)), 3), id="dead-branch"),
+]
+
+
+@pytest.mark.parametrize("fn, marker, word, make", UNSUPPORTED)
+def test_unsupported_construct(fn, marker, word, make, backend):
+    if fn is uses_scipy_gamma and scipy is None:
+        pytest.skip("scipy is not installed")
+    args = make()
+    saved = [np.copy(a) for a in args]
+    with pytest.raises(flowgrad.UnsupportedError) as excinfo:
+        flowgrad.grad(fn, backend=backend)(*args)
+    assert_unsupported_message(excinfo.value, fn, marker, word)
+    for a, s in zip(args, saved):
+        assert np.array_equal(a, s), "caller's array changed after an UnsupportedError"
+
+
+def test_unsupported_construct_in_a_helper_names_the_helper_line(backend):
+    with pytest.raises(flowgrad.UnsupportedError) as excinfo:
+        flowgrad.grad(calls_bad_helper, backend=backend)(U((4,)))
+    assert_unsupported_message(excinfo.value, _helper_with_lambda, "lambda v", r"lambda")
+
+
+ENTRY_POINTS = {
+    "grad": lambda fn, args, backend: flowgrad.grad(fn, backend=backend)(*args),
+    "value_and_grad": lambda fn, args, backend: flowgrad.value_and_grad(fn, backend=backend)(*args),
+    "vjp": lambda fn, args, backend: flowgrad.vjp(fn, *args, backend=backend),
+    "jit": lambda fn, args, backend: flowgrad.jit(fn, backend=backend)(*args),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_every_entry_point_reports_unsupported(entry, backend):
+    with pytest.raises(flowgrad.UnsupportedError) as excinfo:
+        ENTRY_POINTS[entry](uses_list_comprehension, (U((4,)),), backend)
+    assert_unsupported_message(excinfo.value, uses_list_comprehension, "for v in y", r"comprehension")
+
+
+def test_unsupported_is_raised_before_any_user_code_runs(backend):
+    global CALLS
+    CALLS = 0
+    with pytest.raises(flowgrad.UnsupportedError):
+        flowgrad.grad(uses_global, backend=backend)(U((4,)))
+    assert CALLS == 0, "the function body ran before the unsupported construct was reported"
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_caller_arrays_unchanged_after_unsupported(entry, backend):
+    A = U((3, 4))
+    saved = A.copy()
+    with pytest.raises(flowgrad.UnsupportedError) as excinfo:
+        ENTRY_POINTS[entry](mutates_then_unsupported, (A,), backend)
+    assert np.array_equal(A, saved), "caller's array changed although the call failed"
+    assert_unsupported_message(excinfo.value, mutates_then_unsupported, "for a in A", r"comprehension")
+
+
+# ---------------------------------------------------------------------------------------
+# InputError: bad input at call time
+# ---------------------------------------------------------------------------------------
+
+
+def test_error_hierarchy():
+    assert issubclass(flowgrad.UnsupportedError, flowgrad.FlowgradError)
+    assert issubclass(flowgrad.InputError, flowgrad.FlowgradError)
+    assert issubclass(flowgrad.InputError, ValueError)
+    assert issubclass(flowgrad.FlowgradError, Exception)
+
+
+def simulate(field, alpha, steps):
+    u = field.copy()
+    for t in range(steps):
+        u = u + alpha * np.sin(u)
+    return np.sum(u ** 2)
+
+
+def simulate_args():
+    return U((5,)), 0.3, 2
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda b: flowgrad.grad(simulate, wrt="alpah", backend=b)(*simulate_args()), id="grad"),
+        pytest.param(lambda b: flowgrad.grad(simulate, wrt=("field", "alpah"), backend=b)(*simulate_args()), id="grad-tuple"),
+        pytest.param(lambda b: flowgrad.value_and_grad(simulate, wrt="alpah", backend=b)(*simulate_args()), id="value_and_grad"),
+        pytest.param(lambda b: flowgrad.vjp(simulate, *simulate_args(), wrt=("alpah",), backend=b), id="vjp"),
+    ],
+)
+def test_wrt_name_that_does_not_exist(call, backend):
+    with pytest.raises(flowgrad.InputError) as excinfo:
+        call(backend)
+    message = str(excinfo.value)
+    for needed in ("wrt", "alpah", "field", "alpha", "steps"):
+        assert needed in message, f"message should mention {needed!r}: {message}"
+
+
+def returns_array(A):
+    A[0] *= 2.0
+    return np.sin(A) * 2.0
+
+
+def returns_one_element_array(x):
+    return np.sum(x ** 2, keepdims=True)
+
+
+@pytest.mark.parametrize("fn, arg", [(returns_array, (3, 4)), (returns_one_element_array, (4,))])
+def test_grad_of_non_scalar_result(fn, arg, backend):
+    A = U(arg)
+    saved = A.copy()
+    with pytest.raises(flowgrad.InputError) as excinfo:
+        flowgrad.grad(fn, backend=backend)(A)
+    message = str(excinfo.value)
+    assert "scalar" in message and "vjp" in message, f"message should say 'scalar' and suggest vjp: {message}"
+    assert np.array_equal(A, saved), "caller's array changed although the call failed"
+
+
+def takes_non_float(x, idx, n, mask):
+    return np.sum(x[idx] ** 2) * n + np.sum(x[mask])
+
+
+def non_float_args():
+    return U((5,)), np.array([0, 2, 4]), 3, np.array([True, False, True, False, True])
+
+
+@pytest.mark.parametrize(
+    "wrt", ["n", "idx", "mask", ("x", "idx"), 2], ids=["int-scalar", "int-array", "bool-array", "tuple", "position"]
+)
+def test_wrt_integer_or_bool_argument(wrt, backend):
+    args = non_float_args()
+    with pytest.raises(flowgrad.InputError) as excinfo:
+        flowgrad.grad(takes_non_float, wrt=wrt, backend=backend)(*args)
+    message = str(excinfo.value)
+    assert "wrt" in message and "float" in message, f"message should say 'wrt' and 'float': {message}"
+
+
+def plain_sum(x, y):
+    return np.sum(x * 2.0) + np.sum(y)
+
+
+@pytest.mark.parametrize(
+    "x, y",
+    [
+        pytest.param(U((3,)) + 1j * U((3,), seed=1), U((3,)), id="complex-wrt"),
+        pytest.param(U((3,)), U((3,)) + 0j, id="complex-other"),
+        pytest.param(np.array([1.0, 2.0, 3.0], dtype=object), U((3,)), id="object-wrt"),
+        pytest.param(U((3,)), np.array([1.0, 2.0, 3.0], dtype=object), id="object-other"),
+    ],
+)
+def test_bad_array_dtype(x, y, backend):
+    with pytest.raises(flowgrad.InputError) as excinfo:
+        flowgrad.grad(plain_sum, backend=backend)(x, y)
+    assert "dtype" in str(excinfo.value), f"message should mention 'dtype': {excinfo.value}"
+    with pytest.raises(flowgrad.InputError) as excinfo:
+        flowgrad.vjp(plain_sum, x, y, wrt="x", backend=backend)
+    assert "dtype" in str(excinfo.value), f"vjp: message should mention 'dtype': {excinfo.value}"
+
+
+def matrix_out(A, x):
+    return A * x
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (4,), (3,), (12,), (), (1, 3, 4)])
+def test_cotangent_of_wrong_shape(shape, backend):
+    A, x = U((3, 4)), U((4,), seed=1)
+    out, pullback = flowgrad.vjp(matrix_out, A, x, backend=backend)
+    assert out.shape == (3, 4)
+    with pytest.raises(flowgrad.InputError) as excinfo:
+        pullback(np.ones(shape))
+    message = str(excinfo.value)
+    assert "cotangent" in message and "shape" in message, f"message should say 'cotangent' and 'shape': {message}"
+    # The pullback still works after the error.
+    gA, gx = pullback(np.ones((3, 4)))
+    np.testing.assert_allclose(gA, np.broadcast_to(x, (3, 4)), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gx, A.sum(axis=0), rtol=1e-10, atol=1e-12)
