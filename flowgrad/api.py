@@ -49,7 +49,8 @@ class _Compiled:
 
     def __init__(self, fn, args, wrt_spec, backend, mode):
         self.fe, params, body, result = capture(fn, args)
-        self.prog = Program(fn.__name__, params, body, [result], self.fe.containers)
+        name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
+        self.prog = Program(name, params, body, [result], self.fe.containers)
         self.result = result
         self.const_values = [v for _, v in self.fe.consts.values()]
         self.arg_params = [c for c in params if c.kind == "arg" and c not in
@@ -58,7 +59,7 @@ class _Compiled:
         filename = f"<flowgrad {fn.__name__}>"
         if mode == "forward":
             self.src = numpy_backend.emit_forward(self.prog)
-            self.func = numpy_backend.compile_source(self.src, fn.__name__, filename)
+            self.func = numpy_backend.compile_source(self.src, name, filename)
             self.backward_text = ""
             return
         self.wrt_names = wrt_spec
@@ -72,7 +73,7 @@ class _Compiled:
         self.wrt = [self.fe.arg_containers[w] for w in wrt_spec]
         self.gp = build_reverse(self.prog, self.wrt, self.fe.namer)
         self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
-        self.func = numpy_backend.compile_source(self.src, fn.__name__ + "_vjp", filename)
+        self.func = numpy_backend.compile_source(self.src, name + "_vjp", filename)
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
 
     def call_args(self, args):

@@ -166,7 +166,8 @@ class Emitter:
             else:
                 self.line(f"{c.name} = np.full({shape_src(shape)}, {rhs}, dtype={dtype_src(c.dtype)})", ind)
             return
-        self.line(f"{ref_src(s.dst)} {'+=' if s.accumulate else '='} {rhs}", ind)
+        target = ref_src(s.dst) + ("[...]" if s.dst.perm is not None else "")
+        self.line(f"{target} {'+=' if s.accumulate else '='} {rhs}", ind)
 
     def call(self, s: Call, ind):
         rule = CALLS[s.op]

@@ -128,6 +128,12 @@ class Frontend:
         self.containers[c.name] = c
         return c
 
+    def alloc(self, hint, dtype, shape, loc=None) -> Container:
+        """A new array container, zero-filled, for code that fills it piece by piece."""
+        c = self.container(hint, dtype, shape)
+        self.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), Const(0, c.dtype), loc=loc))
+        return c
+
     def emit(self, stmt):
         self.out[-1].append(stmt)
         return stmt
@@ -225,11 +231,10 @@ class Frontend:
         except (OSError, TypeError):
             raise UnsupportedError(f"unsupported function {getattr(fn, '__name__', fn)!r}: its Python source "
                                    "is not available (flowgrad captures functions from source)") from None
-        src = textwrap.dedent("".join(lines))
-        tree = ast.parse(src)
-        fdef = tree.body[0]
-        if not isinstance(fdef, ast.FunctionDef):
-            raise UnsupportedError(f"{Loc(filename, first)}: unsupported callable: define it with def")
+        fdef = _function_node(fn, lines, first)
+        if fdef is None:
+            raise UnsupportedError(f"{Loc(filename, first)}: unsupported callable {fn.__name__!r}: "
+                                   "define it with def (or as a single lambda on its line)")
         globals_ = dict(fn.__globals__)
         if fn.__closure__:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -914,6 +919,39 @@ class Frontend:
         return self.block(fdef.body, frame)
 
     frame_body_start = None
+
+
+def _function_node(fn, lines, first):
+    """The FunctionDef of ``fn`` (a lambda becomes ``def lambda_fn(args): return body``)."""
+    src = textwrap.dedent("".join(lines))
+    if fn.__name__ != "<lambda>":
+        try:
+            node = ast.parse(src).body[0]
+        except (SyntaxError, IndexError):
+            return None
+        return node if isinstance(node, ast.FunctionDef) else None
+    argnames = list(fn.__code__.co_varnames[:fn.__code__.co_argcount])
+    found = []
+    for start in [k for k in range(len(src)) if src.startswith("lambda", k)]:
+        for end in range(len(src), start, -1):
+            try:
+                lam = ast.parse(src[start:end], mode="eval").body
+            except SyntaxError:
+                continue
+            if not isinstance(lam, ast.Lambda):
+                continue
+            line = src.count("\n", 0, start)
+            if [a.arg for a in lam.args.args] == argnames and first + line == fn.__code__.co_firstlineno:
+                lam.lineno += line
+                found.append(lam)
+            break
+    if len(found) != 1:
+        return None
+    lam = found[0]
+    ret = ast.Return(value=lam.body, lineno=lam.lineno, col_offset=0)
+    fdef = ast.FunctionDef(name="lambda_fn", args=lam.args, body=[ret], decorator_list=[], returns=None,
+                           type_params=[], lineno=lam.lineno, col_offset=0)
+    return ast.fix_missing_locations(fdef)
 
 
 def _call_name(func):
