@@ -11,7 +11,7 @@ def kernel(x, w):
 
 
 WRT = ("x",)
-SIZES = {"test": {"N": 2, "H": 2, "SM": 8}, "bench": {"N": 8, "H": 8, "SM": 128}}
+SIZES = {"test": {"N": 2, "H": 2, "SM": 8}, "bench": {"N": 16, "H": 8, "SM": 128}}
 
 
 def args(size="test", seed=0):

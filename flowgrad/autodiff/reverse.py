@@ -112,11 +112,13 @@ class ReverseBuilder:
                     Assign(gref, Read(Ref(t)), accumulate=True)]
         return [Assign(gref, contrib, accumulate=True)]
 
-    def via_temp(self, x, opname, inputs, attrs=None, scale=None):
-        """Compute an operand's adjoint contribution with a Call into a temporary, then add it."""
+    def via_temp(self, x, opname, inputs, attrs=None, scale=None, shape=None):
+        """Compute an operand's adjoint contribution with a Call into a temporary (of ``shape``,
+        default the operand's; a broadcast result is summed back), then add it."""
         if self.grad_ref(x) is None and not isinstance(x, Op):
             return []
-        t = self.temp(x.shape, x.dtype if is_float(x.dtype) else np.float64, "g" + opname[:4])
+        t = self.temp(x.shape if shape is None else shape, x.dtype if is_float(x.dtype) else np.float64,
+                      "g" + opname[:4])
         contrib = Read(Ref(t)) if scale is None else Read(Ref(t)) * scale
         return [Call(opname, inputs, [t], attrs or {})] + self.accumulate(x, contrib)
 
@@ -197,8 +199,9 @@ class ReverseBuilder:
         if isinstance(s, Assign):
             return [self._restore(s, s.dst, depth)] + self.adjoint_assign(s)
         if isinstance(s, Call):
-            restores = [self._restore(s, Ref(c), depth) for c in s.outputs]
-            return restores + self.adjoint_call(s)
+            # A Call never writes its inputs, so its adjoint (which may read the outputs, e.g. max
+            # or solve) runs before the outputs are restored.
+            return self.adjoint_call(s) + [self._restore(s, Ref(c), depth) for c in s.outputs]
         if isinstance(s, For):
             body = self.reverse_block(s.body, depth + 1)
             back = For(s.var, s.start, s.stop, s.step, body, reverse=not s.reverse, loc=s.loc)

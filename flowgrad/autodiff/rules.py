@@ -144,9 +144,9 @@ def _vjp_matmul(ctx, call, gouts):
             contrib = Read(Ref(g, list(Ref(g).items) + [NewAxis()])) * b
             stmts += ctx.accumulate(a, contrib)
         elif na == 1:     # (k,) @ (..., k, m) -> (..., m): ga = b @ g
-            stmts += ctx.via_temp(a, "matmul", [b, ga])
+            stmts += ctx.via_temp(a, "matmul", [b, ga], shape=g.shape[:-1] + a.shape)
         else:
-            stmts += ctx.via_temp(a, "matmul", [ga, _swap_last(b)])
+            stmts += ctx.via_temp(a, "matmul", [ga, _swap_last(b)], shape=g.shape[:-2] + a.shape[-2:])
     if ctx.active(b):
         if na == 1:       # (k,) @ (..., k, m): gb = a[:, None] * g[..., None, :]
             items = list(Ref(g).items)
@@ -160,7 +160,7 @@ def _vjp_matmul(ctx, call, gouts):
             contrib = a * Read(Ref(g, list(Ref(g).items) + [NewAxis()]))
             stmts += ctx.accumulate(b, contrib)
         else:
-            stmts += ctx.via_temp(b, "matmul", [_swap_last(a), gb])
+            stmts += ctx.via_temp(b, "matmul", [_swap_last(a), gb], shape=g.shape[:-2] + b.shape[-2:])
     return stmts
 
 

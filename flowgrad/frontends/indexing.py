@@ -71,7 +71,13 @@ def norm_slice(s: slice, dim, loc):
         start, stop, step = slice(s.start, s.stop, step).indices(d)
         return Const(start), Const(len(range(start, stop, step))), Const(step)
     if step < 0:
-        raise unsupported(loc, "negative-step slice with run-time bounds", "use constant bounds")
+        # start defaults to the last element; an omitted stop runs through index 0
+        start = dim - 1 if s.start is None else (s.start if isinstance(s.start, Expr) else
+                                                 (dim + int(s.start) if int(s.start) < 0 else Const(int(s.start))))
+        stop = Const(-1) if s.stop is None else (s.stop if isinstance(s.stop, Expr) else
+                                                 (dim + int(s.stop) if int(s.stop) < 0 else Const(int(s.stop))))
+        size = op("floor_divide", op("maximum", 0, start - stop) + (-step - 1), -step)
+        return start, size, Const(step)
 
     def bound(v, default):
         if v is None:
