@@ -16,7 +16,8 @@ from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
 from .ir.core import Program
-from .ir.printer import program_text, block_lines
+from .ir.printer import block_lines, program_text
+from .ir.verify import verify
 
 BACKENDS = ("numpy",)
 
@@ -51,6 +52,7 @@ class _Compiled:
         self.fe, params, body, result = capture(fn, args)
         name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
         self.prog = Program(name, params, body, [result], self.fe.containers)
+        verify(self.prog.body, self.prog.containers)
         self.result = result
         self.const_values = [v for _, v in self.fe.consts.values()]
         self.arg_params = [c for c in params if c.kind == "arg" and c not in
@@ -72,6 +74,7 @@ class _Compiled:
             raise InputError(f"wrt argument {missing[0]!r} is not a float array or scalar argument")
         self.wrt = [self.fe.arg_containers[w] for w in wrt_spec]
         self.gp = build_reverse(self.prog, self.wrt, self.fe.namer)
+        verify(self.gp.forward + self.gp.backward, self.gp.containers)
         self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
         self.func = numpy_backend.compile_source(self.src, name + "_vjp", filename)
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))

@@ -137,8 +137,12 @@ UNSUPPORTED = [
     pytest.param(uses_lambda, "lambda v", r"lambda", lambda: (U((4,)),), id="lambda"),
     pytest.param(defines_class, "class Box", r"\bclass\b", lambda: (U((4,)),), id="class-definition"),
     pytest.param(uses_fft, "np.fft.fft(x)", r"\b(np|numpy)\.fft\.fft\b", lambda: (U((4,)),), id="np.fft.fft"),
-    pytest.param(uses_eig, "np.linalg.eig(A)", r"\b(np|numpy)\.linalg\.eig\b", lambda: (U((3, 3)),), id="np.linalg.eig"),
-    pytest.param(uses_scipy_gamma, "scipy.special.gamma(x)", r"gamma", lambda: (U((4,), 0.5, 2.0),), id="scipy.special.gamma"),
+    pytest.param(
+        uses_eig, "np.linalg.eig(A)", r"\b(np|numpy)\.linalg\.eig\b", lambda: (U((3, 3)),), id="np.linalg.eig"
+    ),
+    pytest.param(
+        uses_scipy_gamma, "scipy.special.gamma(x)", r"gamma", lambda: (U((4,), 0.5, 2.0),), id="scipy.special.gamma"
+    ),
     pytest.param(uses_global, "global CALLS", r"\bglobal\b", lambda: (U((4,)),), id="global"),
     pytest.param(unsupported_in_dead_branch, "for v in x", r"comprehension", lambda: (U((4,)), 3), id="dead-branch"),
 ]
@@ -223,8 +227,12 @@ def simulate_args():
     "call",
     [
         pytest.param(lambda b: flowgrad.grad(simulate, wrt="alpah", backend=b)(*simulate_args()), id="grad"),
-        pytest.param(lambda b: flowgrad.grad(simulate, wrt=("field", "alpah"), backend=b)(*simulate_args()), id="grad-tuple"),
-        pytest.param(lambda b: flowgrad.value_and_grad(simulate, wrt="alpah", backend=b)(*simulate_args()), id="value_and_grad"),
+        pytest.param(
+            lambda b: flowgrad.grad(simulate, wrt=("field", "alpah"), backend=b)(*simulate_args()), id="grad-tuple"
+        ),
+        pytest.param(
+            lambda b: flowgrad.value_and_grad(simulate, wrt="alpah", backend=b)(*simulate_args()), id="value_and_grad"
+        ),
         pytest.param(lambda b: flowgrad.vjp(simulate, *simulate_args(), wrt=("alpah",), backend=b), id="vjp"),
     ],
 )

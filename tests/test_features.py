@@ -369,17 +369,17 @@ def la_creation(A, x):
     Z[1:] = A[:-1] ** 2
     E = np.empty(x.shape)
     E[:] = np.sin(x)
-    O = np.ones(m)
-    return np.sum(Z * A) + np.sum(E * x) + np.sum(A @ O) ** 2 + np.sum(np.ones((2, m)) * A[0])
+    ones = np.ones(m)
+    return np.sum(Z * A) + np.sum(E * x) + np.sum(A @ ones) ** 2 + np.sum(np.ones((2, m)) * A[0])
 
 
 def la_creation_like(A):
     Z = np.zeros_like(A)
     Z[:, 0] = A[:, 1] ** 2
-    O = np.ones_like(A)
+    ones = np.ones_like(A)
     E = np.empty_like(A)
     E[...] = A * 2.0
-    return np.sum(Z * A) + np.sum((O - A) ** 2) + np.sum(E ** 3)
+    return np.sum(Z * A) + np.sum((ones - A) ** 2) + np.sum(E ** 3)
 
 
 def la_eye(A):

@@ -196,7 +196,10 @@ HAND_WRITTEN = [
         lambda: (U((6,)), U((5,), seed=1), np.array([1, 3, 1, 1, 4])), ("x", "v"), id="add-at-repeated",
     ),
     pytest.param(newton_sqrt, newton_sqrt_jax, lambda: (U((5,), 0.5, 3.0),), ("a",), id="while-newton"),
-    pytest.param(forward_substitution, forward_substitution_jax, lambda: (_lower(4), U((4,), seed=1)), ("L", "b"), id="triangular-loops"),
+    pytest.param(
+        forward_substitution, forward_substitution_jax, lambda: (_lower(4), U((4,), seed=1)), ("L", "b"),
+        id="triangular-loops",
+    ),
     pytest.param(double_buffer, double_buffer_jax, lambda: (U((7,)), 3), ("u0",), id="swap-double-buffer"),
 ]
 
