@@ -37,19 +37,28 @@ def gather_last(g, index):
 
 
 def einsum_vjp(subscripts, k, g, *operands):
-    """The adjoint of operand ``k`` of ``np.einsum(subscripts, *operands)`` given the output's ``g``."""
+    """The adjoint of operand ``k`` of ``np.einsum(subscripts, *operands)`` given the output's ``g``.
+
+    Letters of operand ``k`` that appear nowhere else are broadcast; a letter repeated inside
+    operand ``k`` (a diagonal, e.g. a trace ``'ii->'``) receives the adjoint on that diagonal.
+    """
     inputs, output = subscripts.replace(" ", "").split("->")
     terms = inputs.split(",")
     target = terms[k]
-    if len(set(target)) != len(target):
-        raise NotImplementedError("einsum adjoint with a repeated index inside one operand")
+    shape = operands[k].shape
+    unique = "".join(dict.fromkeys(target))
+    size = {c: shape[target.index(c)] for c in unique}
     others = [t for j, t in enumerate(terms) if j != k]
     present = set(output).union(*others) if others else set(output)
-    kept = "".join(c for c in target if c in present)
+    kept = "".join(c for c in unique if c in present)
     spec = ",".join([output] + others) + "->" + kept
     part = np.einsum(spec, g, *[o for j, o in enumerate(operands) if j != k], optimize=True)
-    if kept != target:
-        shape = operands[k].shape
-        expand = [slice(None) if c in present else None for c in target]
-        part = np.broadcast_to(part[tuple(expand)], shape)
-    return np.array(part, dtype=np.result_type(operands[k], np.float64))
+    part = np.broadcast_to(part[tuple(slice(None) if c in present else None for c in unique)],
+                           tuple(size[c] for c in unique))
+    dtype = np.result_type(operands[k], np.float64)
+    if unique == target:
+        return np.array(part, dtype=dtype)
+    out = np.zeros(shape, dtype=dtype)
+    grids = np.indices(tuple(size[c] for c in unique), sparse=True)
+    out[tuple(grids[unique.index(c)] for c in target)] = part
+    return out

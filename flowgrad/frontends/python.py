@@ -362,6 +362,9 @@ class Frontend:
             self.bind(target.id, value, frame, loc)
         elif isinstance(target, (ast.Tuple, ast.List)):
             items = self.unpack(value, len(target.elts), loc)
+            # Python evaluates the whole right side first: freeze values an earlier target may change
+            items = [self.materialize(v, "tmp", loc) if isinstance(v, Expr) and
+                     (v.shape == () or isinstance(v, Op)) else v for v in items]
             for t, v in zip(target.elts, items):
                 self.assign(t, v, frame, node)
         elif isinstance(target, ast.Subscript):
