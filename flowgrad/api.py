@@ -12,14 +12,16 @@ import os
 import numpy as np
 
 from .autodiff.reverse import build_reverse
+from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
-from .ir.core import Program
+from .ir.core import Const, Program
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
 
-BACKENDS = ("numpy",)
+BACKENDS = ("numpy", "native") if native_backend.available() else ("numpy",)
+DEFAULT_BACKEND = "native" if "native" in BACKENDS else "numpy"
 
 
 def _arg_key(value, name):
@@ -59,9 +61,14 @@ class _Compiled:
                            [k for k, _ in self.fe.consts.values()]]
         self.mode = mode
         filename = f"<flowgrad {fn.__name__}>"
+        self.backend = backend
         if mode == "forward":
-            self.src = numpy_backend.emit_forward(self.prog)
-            self.func = numpy_backend.compile_source(self.src, name, filename)
+            if backend == "native":
+                self.src = native_backend.emit_forward(self.prog)
+                self.func = native_backend.compile_source(self.src, name)
+            else:
+                self.src = numpy_backend.emit_forward(self.prog)
+                self.func = numpy_backend.compile_source(self.src, name, filename)
             self.backward_text = ""
             return
         self.wrt_names = wrt_spec
@@ -75,8 +82,13 @@ class _Compiled:
         self.wrt = [self.fe.arg_containers[w] for w in wrt_spec]
         self.gp = build_reverse(self.prog, self.wrt, self.fe.namer)
         verify(self.gp.forward + self.gp.backward, self.gp.containers)
-        self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
-        self.func = numpy_backend.compile_source(self.src, name + "_vjp", filename)
+        if backend == "native":
+            self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
+            grad_fn = native_backend.compile_source(self.src, name + "_grad")
+            self.func = _native_vjp(grad_fn, self.gp.cotangent, self.wrt)
+        else:
+            self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
+            self.func = numpy_backend.compile_source(self.src, name + "_vjp", filename)
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
 
     def call_args(self, args):
@@ -94,6 +106,25 @@ class _Compiled:
             text = ("# forward (with tape pushes)\n" + program_text(fwd) +
                     "# backward\n" + self.backward_text + "\n")
         return text
+
+
+def _native_vjp(grad_fn, cotangent, wrt):
+    """The ``(result, pullback)`` convention over a compiled function running forward and backward
+    together for a given cotangent. A scalar result's pullback is linear in the cotangent, so one
+    call with cotangent 1 serves every pullback."""
+    def unpack(grads, scale=1.0):
+        return tuple((g if w.ndim else g[0]) * scale for g, w in zip(grads, wrt))
+
+    def vjp_fn(*args):
+        if cotangent.ndim == 0:
+            result, grads = grad_fn(*args, 1.0)
+            return result, lambda ct: unpack(grads, ct)
+        shape = tuple(d.value if isinstance(d, Const) else None for d in cotangent.shape)
+        if None in shape:
+            raise FlowgradError("the native backend needs a result of fixed shape for vjp; use backend='numpy'")
+        result, _ = grad_fn(*args, np.zeros(shape, dtype=cotangent.dtype))
+        return result, lambda ct: unpack(grad_fn(*args, np.ascontiguousarray(ct, dtype=cotangent.dtype))[1])
+    return vjp_fn
 
 
 def args_of(fe, args):
@@ -225,8 +256,8 @@ class value_and_grad(_Transform):
       >>> value, gx = vg(x, 3)                                       # doctest: +SKIP
     """
 
-    def __init__(self, fn, wrt=0, backend="numpy"):
-        super().__init__(fn, wrt, backend, "reverse")
+    def __init__(self, fn, wrt=0, backend=None):
+        super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse")
 
     def __call__(self, *args):
         entry = self.compiled(args)
@@ -260,7 +291,7 @@ class grad(value_and_grad):
         return super().__call__(*args)[1]
 
 
-def vjp(fn, *args, wrt=None, backend="numpy"):
+def vjp(fn, *args, wrt=None, backend=None):
     """Run ``fn(*args)`` and return ``(result, pullback)``.
 
     Args:
@@ -283,7 +314,7 @@ def vjp(fn, *args, wrt=None, backend="numpy"):
                     if isinstance(v, (float, np.floating)) or isinstance(v, np.ndarray) and v.dtype.kind == "f")
     elif not isinstance(wrt, (tuple, list)):
         wrt = (wrt,)
-    t = _Transform(fn, tuple(wrt), backend, "reverse")
+    t = _Transform(fn, tuple(wrt), backend or DEFAULT_BACKEND, "reverse")
     entry = t.compiled(args)
     names, _ = t.wrt_names(args)
     value, pull = _run_vjp(entry, args)
@@ -317,8 +348,8 @@ class jit(_Transform):
       >>> f(u, 0.1, 10) == heat(u.copy(), 0.1, 10)                 # doctest: +SKIP
     """
 
-    def __init__(self, fn, backend="numpy"):
-        super().__init__(fn, None, backend, "forward")
+    def __init__(self, fn, backend=None):
+        super().__init__(fn, None, backend or DEFAULT_BACKEND, "forward")
 
     def __call__(self, *args):
         entry = self.compiled(args)

@@ -25,8 +25,7 @@ for _path in (str(TESTS_DIR), str(REPO_ROOT)):
         sys.path.insert(0, _path)
 
 # Every engine test runs once per backend. Enabling "native" (Numba) is a one-line change:
-#   BACKENDS = ["numpy"] + (["native"] if importlib.util.find_spec("numba") else [])
-BACKENDS = ["numpy"]
+BACKENDS = ["numpy"] + (["native"] if importlib.util.find_spec("numba") else [])
 
 _BACKEND_MARKS = {"native": [pytest.mark.native]}
 
