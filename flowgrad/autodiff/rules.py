@@ -218,7 +218,8 @@ def _vjp_gather(ctx, call, gouts):
         return []
     if not x.ref.is_whole():
         raise NotImplementedError("gather from a view")
-    return [Call("add_at", [Read(Ref(g))] + idx, [gx.container], dict(call.attrs))]
+    attrs = dict(call.attrs, value_shape=call.outputs[0].shape)
+    return [Call("add_at", [Read(Ref(g))] + idx, [gx.container], attrs)]
 
 
 def _vjp_add_at(ctx, call, gouts):

@@ -208,6 +208,8 @@ class Lowering:
     def needs_temp(self, s):
         """Whether the right side reads the destination at other positions than it writes."""
         dst = s.dst
+        if not dst.shape:
+            return False      # one element: the right side is computed before the store
         for r in iter_reads(s.expr):
             if r.ref.container is dst.container and dst.container.ndim:
                 if not (same_ref(r.ref, dst) and len(r.ref.shape) == len(dst.shape)):
@@ -223,7 +225,7 @@ class Lowering:
                 value = f"{_scalar_type(c.dtype)}({value})"
             self.line(f"{c.name} {op} {value}", ind)
             return
-        if s.dst.is_whole() and not s.accumulate and c.name not in self.allocated_at_start:
+        if s.dst.is_whole() and not s.accumulate and self.needs_allocation(c):
             self.line(f"{c.name} = np.empty({self.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})", ind)
         shape = s.dst.shape
         expr = s.expr
@@ -240,12 +242,30 @@ class Lowering:
         target = self.read(s.dst, names, shape)
         self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
 
+    def needs_allocation(self, c):
+        """Whether a whole write must allocate: only transients whose shape is known late."""
+        return c.kind != "arg" and c.name not in self.allocated_at_start
+
     def shape_tuple(self, shape):
         return "(" + "".join(f"{x}, " for x in self.extents(shape)) + ")"
+
+    def dynamic_whole(self, ref):
+        """A whole container whose shape varies at run time: tapes record its actual extents."""
+        return ref.is_whole() and ref.container.ndim and self.needs_allocation(ref.container)
 
     def push(self, s, ind):
         tape, top = s.tape.name, s.tape.name + "_top"
         shape = s.ref.shape
+        if self.dynamic_whole(s.ref):
+            c = s.ref.container
+            self.line(f"if {top} + {c.name}.size + {c.ndim} > {tape}.shape[0]:", ind)
+            self.line(f"{tape} = _rt.grow({tape}, {top} + {c.name}.size + {c.ndim})", ind + 1)
+            self.line(f"{tape}[{top}:{top} + {c.name}.size] = np.ascontiguousarray({c.name}).ravel()", ind)
+            self.line(f"{top} += {c.name}.size", ind)
+            for d in range(c.ndim):
+                self.line(f"{tape}[{top} + {d}] = {c.name}.shape[{d}]", ind)
+            self.line(f"{top} += {c.ndim}", ind)
+            return
         size = " * ".join(self.extents(shape)) or "1"
         self.line(f"if {top} + {size} > {tape}.shape[0]:", ind)
         self.line(f"{tape} = _rt.grow({tape}, {top} + {size})", ind + 1)
@@ -260,9 +280,19 @@ class Lowering:
     def pop(self, s, ind):
         tape, top = s.tape.name, s.tape.name + "_top"
         shape = s.ref.shape
+        if self.dynamic_whole(s.ref):
+            c = s.ref.container
+            dims = [self.fresh("d") for _ in range(c.ndim)]
+            self.line(f"{top} -= {c.ndim}", ind)
+            for d, n in enumerate(dims):
+                self.line(f"{n} = int({tape}[{top} + {d}])", ind)
+            self.line(f"{top} -= {' * '.join(dims)}", ind)
+            self.line(f"{c.name} = {tape}[{top}:{top} + {' * '.join(dims)}].copy().reshape(({', '.join(dims)},))",
+                      ind)
+            return
         if not shape:
             self.line(f"{top} -= 1", ind)
-            self.line(f"{s.ref.container.name} = {tape}[{top}]", ind)
+            self.line(f"{self.read(s.ref, [], ())} = {tape}[{top}]", ind)
             return
         size = " * ".join(self.extents(shape))
         start = self.fresh("p")
@@ -279,7 +309,7 @@ class Lowering:
 def _out(low, s, ind):
     """Allocate a Call's (whole) output container."""
     c = s.outputs[0]
-    if c.ndim and c.name not in low.allocated_at_start:
+    if c.ndim and low.needs_allocation(c):
         low.line(f"{c.name} = np.empty({low.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})", ind)
     return c
 
@@ -562,22 +592,9 @@ def _lower_scatter(low, s, ind, accumulate=False):
     v, *arrays = s.inputs
     y = s.outputs[0]
     names, src_idx, inner = _advanced(low, s, y.shape, arrays, ind)
-    shape = s.attrs.get("value_shape") or _result_shape(low, s, y, arrays)
+    shape = s.attrs["value_shape"]
     value = low.elem(v, names, shape)
     low.line(f"{y.name}[{', '.join(src_idx)}] {'+=' if accumulate else '='} {value}", inner)
-
-
-def _result_shape(low, s, y, arrays):
-    from ..frontends.indexing import _gather_spec  # noqa: F401 - same layout rules
-    spec = s.attrs["spec"]
-    from ..ir.core import broadcast_shapes
-    bshape = broadcast_shapes(*[a.shape for a in arrays]) if arrays else ()
-    dims = [None] * 0
-    adv_pos = [k for k, it in enumerate(spec) if it[0] in ("array", "int")]
-    basic = [k for k, it in enumerate(spec) if it[0] == "slice"]
-    if not basic:
-        return bshape
-    raise FlowgradError("native backend: np.add.at with slices in the index is not supported")
 
 
 def _lower_add_at(low, s, ind):

@@ -56,3 +56,4 @@ def slice_indices(start, stop, step, n):
 def wrap(i, n):
     """A NumPy index: negative counts from the end."""
     return i + n if i < 0 else i
+

@@ -488,7 +488,7 @@ def _add_at(fe, loc, a, indices, b):
     v = fe.to_expr(b, loc)
     if not isinstance(v, (Read, Const)):
         v = fe.materialize(v, "v", loc)
-    fe.emit(Call("add_at", [v] + inputs, [base.ref.container], {"spec": spec}, loc=loc))
+    fe.emit(Call("add_at", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape}, loc=loc))
     return None
 
 

@@ -81,7 +81,8 @@ class Ref:
         if items is None:
             items = tuple(Slice(0, d, 1) for d in container.shape)
         self.items = tuple(items)
-        self.perm = tuple(perm) if perm is not None else None
+        perm = tuple(perm) if perm is not None else None
+        self.perm = None if perm == tuple(range(len(perm or ()))) else perm
 
     @property
     def shape(self) -> tuple:

@@ -1,0 +1,348 @@
+"""PyTorch twins of corpus kernels, for the autograd comparison in ``benchmarks.run``.
+
+Each function has the signature of the corpus ``kernel`` it translates and takes float64
+tensors where the kernel takes float arrays or float scalars (integer arrays arrive as int64
+tensors, integer scalars as Python ints). They are written as a PyTorch user would write
+them to get ``loss.backward()`` to work: the loops stay Python loops, leaf inputs are cloned
+once before an in-place update, and a value that autograd saved is never overwritten in place
+(that raises "modified by an inplace operation"), so such updates become out-of-place
+(``x = x - ...``) or go through lists of rows. ``python -m benchmarks.run --check`` verifies
+every twin's value against the NumPy kernel and its gradient against flowgrad's.
+"""
+import math
+
+import torch
+
+
+def heat_1d_explicit(u, kappa, n_steps):
+    n = u.shape[0]
+    dx = 1.0 / (n - 1)
+    dt = 0.4 * dx * dx
+    r = kappa * dt / (dx * dx)
+    u = u.clone()
+    for t in range(n_steps):
+        u[1:-1] += r * (u[:-2] - 2.0 * u[1:-1] + u[2:])
+        u[0] = u[1]
+        u[-1] = 0.0
+    return torch.sum(u * u) / n + u[n // 2]
+
+
+def burgers_1d(u, nu, n_steps):
+    n = u.shape[0]
+    dx = 2.0 * math.pi / n
+    dt = 0.2 * dx
+    for t in range(n_steps):
+        f = 0.5 * u * u
+        u = (u - (0.5 * dt / dx) * (torch.roll(f, -1) - torch.roll(f, 1))
+             + nu * (torch.roll(u, -1) - 2.0 * u + torch.roll(u, 1)))
+    return torch.sum(u * u) / n + torch.sum(u[: n // 2]) / n
+
+
+def jacobi_2d(A, B, tsteps):
+    n = A.shape[0]
+    A, B = A.clone(), B.clone()
+    for t in range(tsteps):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+    return torch.sum(A * A) / (n * n)
+
+
+def heat_3d(A, B, tsteps):
+    n = A.shape[0]
+    A, B = A.clone(), B.clone()
+
+    def step(src):
+        c = src[1:-1, 1:-1, 1:-1]
+        return (0.125 * (src[2:, 1:-1, 1:-1] - 2.0 * c + src[:-2, 1:-1, 1:-1])
+                + 0.125 * (src[1:-1, 2:, 1:-1] - 2.0 * c + src[1:-1, :-2, 1:-1])
+                + 0.125 * (src[1:-1, 1:-1, 2:] - 2.0 * c + src[1:-1, 1:-1, :-2])
+                + c)
+
+    for t in range(tsteps):
+        B[1:-1, 1:-1, 1:-1] = step(A)
+        A[1:-1, 1:-1, 1:-1] = step(B)
+    return torch.sum(A * A) / (n * n * n)
+
+
+def fdtd_2d(ex, ey, hz, fict):
+    ex, ey, hz = ex.clone(), ey.clone(), hz.clone()
+    for t in range(fict.shape[0]):
+        ey[0, :] = fict[t]
+        ey[1:, :] -= 0.5 * (hz[1:, :] - hz[:-1, :])
+        ex[:, 1:] -= 0.5 * (hz[:, 1:] - hz[:, :-1])
+        hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
+    nx, ny = hz.shape
+    return (torch.sum(hz * hz) + torch.sum(ex * ex) + torch.sum(ey * ey)) / (nx * ny)
+
+
+def hdiff(in_field, coeff):
+    I, J, K = coeff.shape
+    out = torch.zeros((I, J, K), dtype=in_field.dtype)
+    for k in range(K):
+        f = in_field[:, :, k]
+        lap = 4.0 * f[1:I + 3, 1:J + 3] - (f[2:I + 4, 1:J + 3] + f[0:I + 2, 1:J + 3]
+                                            + f[1:I + 3, 2:J + 4] + f[1:I + 3, 0:J + 2])
+        res = lap[1:, 1:J + 1] - lap[:-1, 1:J + 1]
+        flx = torch.where(res * (f[2:I + 3, 2:J + 2] - f[1:I + 2, 2:J + 2]) > 0.0, 0.0, res)
+        res = lap[1:I + 1, 1:] - lap[1:I + 1, :-1]
+        fly = torch.where(res * (f[2:I + 2, 2:J + 3] - f[2:I + 2, 1:J + 2]) > 0.0, 0.0, res)
+        out[:, :, k] = f[2:I + 2, 2:J + 2] - coeff[:, :, k] * (flx[1:, :] - flx[:-1, :] + fly[:, 1:] - fly[:, :-1])
+    return torch.sum(out * out) / (I * J * K)
+
+
+def gemm(alpha, beta, C, A, B):
+    ni, nk = A.shape
+    C = C.clone()
+    for i in range(ni):
+        C[i, :] *= beta
+        for k in range(nk):
+            C[i, :] += alpha * A[i, k] * B[k, :]
+    return torch.sum(C * C) / (C.shape[0] * C.shape[1])
+
+
+def atax(A, x):
+    m, n = A.shape
+    y = torch.zeros(n, dtype=A.dtype)
+    for i in range(m):
+        t = A[i, :] @ x                 # the NumPy kernel keeps these in tmp[i]
+        y += A[i, :] * t
+    return torch.sum(y * y) / n
+
+
+def gemver(alpha, beta, A, u1, v1, u2, v2, w, x, y, z):
+    n = A.shape[0]
+    A, w, x = A.clone(), w.clone(), x.clone()
+    for i in range(n):
+        A[i, :] += u1[i] * v1 + u2[i] * v2
+    for i in range(n):
+        x += beta * A[i, :] * y[i]
+    x += z
+    for i in range(n):
+        w[i] += alpha * (A[i, :] @ x)
+    return torch.sum(w * w) / n + torch.sum(x * x) / n
+
+
+def k3mm(A, B, C, D):
+    ni = A.shape[0]
+    nj = B.shape[1]
+    nl = D.shape[1]
+    E = torch.zeros((ni, nj), dtype=A.dtype)
+    F = torch.zeros((nj, nl), dtype=A.dtype)
+    G = torch.zeros((ni, nl), dtype=A.dtype)
+    for i in range(ni):
+        E[i, :] = A[i, :] @ B
+    for i in range(nj):
+        F[i, :] = C[i, :] @ D
+    for i in range(ni):
+        G[i, :] = E[i, :] @ F
+    return torch.sum(G * G) / (ni * nl)
+
+
+def cholesky(A):
+    # In place on A (as the NumPy kernel does) autograd refuses: each dot product saves rows of A
+    # that later iterations overwrite. So the factor is built as a list of rows.
+    n = A.shape[0]
+    L = []                                       # L[j]: row j of the factor, length j + 1
+    for i in range(n):
+        row = []
+        for j in range(i):
+            s = A[i, j]
+            if j:
+                s = s - torch.stack(row) @ L[j][:j]
+            row.append(s / L[j][j])
+        d = A[i, i]
+        if i:
+            done = torch.stack(row)
+            d = d - done @ done
+        row.append(torch.sqrt(d))
+        L.append(torch.stack(row))
+    return torch.sum(torch.cat(L))
+
+
+def trisolv(L, b):
+    n = L.shape[0]
+    x = []                                       # x[i] is written once, so a list of scalars
+    for i in range(n):
+        s = b[i]
+        for j in range(i):
+            s = s - L[i, j] * x[j]
+        x.append(s / L[i, i])
+    x = torch.stack(x)
+    return torch.sum(x * x) + torch.sum(x)
+
+
+def cg_solver(A, b, max_iter):
+    tol = 1e-9
+    A = 0.5 * (A + A.T)
+    x = torch.zeros_like(b)
+    r = b - A @ x
+    p = r.clone()
+    rs = r @ r
+    bnorm = torch.linalg.norm(b)
+    it = 0
+    while torch.sqrt(rs) > tol * bnorm:
+        if it >= max_iter:
+            break
+        Ap = A @ p
+        alpha = rs / (p @ Ap)
+        x = x + alpha * p
+        r = r - alpha * Ap
+        rs_new = r @ r
+        p = r + (rs_new / rs) * p
+        rs = rs_new
+        it += 1
+    return x @ b + torch.sum(x * x)
+
+
+def mlp(x, w1, b1, w2, b2, w3, b3, target):
+    h = torch.relu(x @ w1 + b1)
+    h = torch.relu(h @ w2 + b2)
+    out = torch.softmax(h @ w3 + b3, dim=1)
+    return -torch.sum(target * torch.log(out)) / x.shape[0]
+
+
+def softmax(x, w):
+    mx = torch.amax(x, dim=-1, keepdim=True)
+    e = torch.exp(x - mx)
+    out = e / torch.sum(e, dim=-1, keepdim=True)
+    return torch.sum(out * w)
+
+
+def logsumexp(X, w):
+    m, n = X.shape
+    rows = torch.zeros(m, dtype=X.dtype)
+    for i in range(m):
+        mx = torch.max(X[i, :])
+        rows[i] = mx + torch.log(torch.sum(torch.exp(X[i, :] - mx)))
+    cmax = torch.amax(X, dim=0, keepdim=True)
+    cols = cmax + torch.log(torch.sum(torch.exp(X - cmax), dim=0, keepdim=True))
+    return torch.sum(rows * w) + torch.mean(cols)
+
+
+def layernorm(x, gamma, beta, W, target):
+    def layer_norm(x, eps=1e-5):
+        mean = torch.mean(x, dim=-1, keepdim=True)
+        var = torch.mean((x - mean) ** 2, dim=-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+    h = layer_norm(x)
+    h = torch.tanh(h @ W)
+    h = layer_norm(h + x)
+    return torch.sum(h * target) / x.shape[0]
+
+
+def conv2d_bias(x, w, bias):
+    N, H, W, C = x.shape
+    K = w.shape[0]
+    F = w.shape[3]
+    Ho = H - K + 1
+    Wo = W - K + 1
+    wm = w.reshape(K * K * C, F)
+    out = torch.empty((N, Ho, Wo, F), dtype=x.dtype)
+    for i in range(Ho):
+        for j in range(Wo):
+            out[:, i, j, :] = x[:, i:i + K, j:j + K, :].reshape(N, K * K * C) @ wm
+    out += bias
+    return torch.sum(torch.tanh(out)) / (N * Ho * Wo * F)
+
+
+def _conv_valid(x, w, b):
+    K = w.shape[0]
+    Ho = x.shape[1] - K + 1
+    Wo = x.shape[2] - K + 1
+    out = torch.zeros((x.shape[0], Ho, Wo, w.shape[3]), dtype=x.dtype)
+    for i in range(K):
+        for j in range(K):
+            out += x[:, i:i + Ho, j:j + Wo, :] @ w[i, j]
+    return out + b
+
+
+def _maxpool2(x):
+    a = torch.maximum(x[:, 0::2, 0::2, :], x[:, 1::2, 0::2, :])
+    b = torch.maximum(x[:, 0::2, 1::2, :], x[:, 1::2, 1::2, :])
+    return torch.maximum(a, b)
+
+
+def lenet(x, cw1, cb1, cw2, cb2, fw1, fb1, fw2, fb2, fw3, fb3, target):
+    N = x.shape[0]
+    h = _maxpool2(torch.relu(_conv_valid(x, cw1, cb1)))
+    h = _maxpool2(torch.relu(_conv_valid(h, cw2, cb2)))
+    h = h.reshape(N, -1)
+    h = torch.relu(h @ fw1 + fb1)
+    h = torch.relu(h @ fw2 + fb2)
+    d = h @ fw3 + fb3 - target
+    return torch.sum(d * d) / N
+
+
+def resnet_block(x, w1, g1, b1, w2, g2, b2):
+    def conv3x3_same(x, w):
+        N, H, W, C = x.shape
+        xp = torch.zeros((N, H + 2, W + 2, C), dtype=x.dtype)
+        xp[:, 1:-1, 1:-1, :] = x
+        out = torch.zeros((N, H, W, w.shape[3]), dtype=x.dtype)
+        for i in range(3):
+            for j in range(3):
+                out += torch.einsum("nhwc,cf->nhwf", xp[:, i:i + H, j:j + W, :], w[i, j])
+        return out
+
+    def batchnorm(x, gamma, beta):
+        flat = x.reshape(-1, x.shape[3])
+        mean = torch.mean(flat, dim=0)
+        var = torch.mean((flat - mean) ** 2, dim=0)
+        return gamma * (x - mean) / torch.sqrt(var + 1e-5) + beta
+
+    h = torch.relu(batchnorm(conv3x3_same(x, w1), g1, b1))
+    h = batchnorm(conv3x3_same(h, w2), g2, b2)
+    out = torch.relu(h + x)
+    return torch.mean(out * out)
+
+
+def attention(x, Wq, Wk, Wv, Wo, n_heads):
+    T, D = x.shape
+    hd = D // n_heads
+    mask = torch.triu(torch.ones((T, T), dtype=x.dtype), 1) * -1e9
+    out = torch.zeros((T, D), dtype=x.dtype)
+    for h in range(n_heads):
+        lo = h * hd
+        hi = lo + hd
+        q = x @ Wq[:, lo:hi]
+        k = x @ Wk[:, lo:hi]
+        v = x @ Wv[:, lo:hi]
+        s = q @ k.T / math.sqrt(hd) + mask
+        out[:, lo:hi] = torch.softmax(s, dim=-1) @ v
+    y = out @ Wo
+    return torch.sum(y * y) / T
+
+
+def rnn(xs, h0, W, b, Wy):
+    T = xs.shape[0]
+    h = h0
+    loss = 0.0
+    for t in range(T):
+        h = torch.tanh(torch.cat((xs[t], h), dim=1) @ W + b)
+        y = h @ Wy
+        loss = loss + torch.sum(y * y)
+    return loss / T
+
+
+def gnn_scatter(x, W, src, dst, anchors, n_layers):
+    n = x.shape[0]
+    deg = torch.zeros(n, dtype=x.dtype).index_add_(0, dst, torch.ones(dst.shape[0], dtype=x.dtype))
+    for layer in range(n_layers):
+        msg = x[src] @ W[layer]
+        agg = torch.zeros_like(x).index_add(0, dst, msg)
+        x = torch.tanh(agg / (deg[:, None] + 1.0) + x)
+        x = x.index_add(0, anchors, 0.1 * x[anchors])     # x[anchors] += ...: anchors are unique
+    return torch.sum(x * x) / n
+
+
+TORCH_KERNELS = {
+    fn.__name__: fn for fn in (
+        # stencils and PDE time-stepping
+        heat_1d_explicit, burgers_1d, jacobi_2d, heat_3d, fdtd_2d, hdiff,
+        # linear algebra (row loops, triangular loops, an iterative solver)
+        gemm, atax, gemver, k3mm, cholesky, trisolv, cg_solver,
+        # machine learning
+        mlp, softmax, logsumexp, layernorm, conv2d_bias, lenet, resnet_block, attention, rnn, gnn_scatter,
+    )
+}
