@@ -51,16 +51,13 @@ class _Compiled:
     """One captured and compiled specialisation."""
 
     def __init__(self, fn, args, wrt_spec, backend, mode):
-        self.fe, params, body, result = capture(fn, args)
-        name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
-        self.prog = Program(name, params, body, [result], self.fe.containers)
+        cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else capture(fn, args)
+        self.cap = cap
+        name = cap.name
+        self.prog = Program(name, cap.params, cap.body, [cap.result], cap.containers)
         verify(self.prog.body, self.prog.containers)
-        self.result = result
-        self.const_values = [v for _, v in self.fe.consts.values()]
-        self.arg_params = [c for c in params if c.kind == "arg" and c not in
-                           [k for k, _ in self.fe.consts.values()]]
+        self.result = cap.result
         self.mode = mode
-        filename = f"<flowgrad {fn.__name__}>"
         self.backend = backend
         if mode == "forward":
             if backend == "native":
@@ -68,19 +65,18 @@ class _Compiled:
                 self.func = native_backend.compile_source(self.src, name)
             else:
                 self.src = numpy_backend.emit_forward(self.prog)
-                self.func = numpy_backend.compile_source(self.src, name, filename)
+                self.func = numpy_backend.compile_source(self.src, name, f"<flowgrad {name}>")
             self.backward_text = ""
             return
-        self.wrt_names = wrt_spec
-        missing = [w for w in wrt_spec if w not in self.fe.arg_containers]
         for w in wrt_spec:
-            if w in self.fe.arg_containers and self.fe.arg_containers[w].dtype.kind != "f":
-                raise InputError(f"wrt argument {w!r} has dtype {self.fe.arg_containers[w].dtype}; only "
-                                 "float arguments can be differentiated")
-        if missing:
-            raise InputError(f"wrt argument {missing[0]!r} is not a float array or scalar argument")
-        self.wrt = [self.fe.arg_containers[w] for w in wrt_spec]
-        self.gp = build_reverse(self.prog, self.wrt, self.fe.namer)
+            c = cap.arg_containers.get(w)
+            if c is None:
+                raise InputError(f"wrt argument {w!r} is not a float array or scalar argument")
+            if c.dtype.kind != "f":
+                raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float arguments can be "
+                                 "differentiated")
+        self.wrt = [cap.arg_containers[w] for w in wrt_spec]
+        self.gp = build_reverse(self.prog, self.wrt, cap.namer)
         verify(self.gp.forward + self.gp.backward, self.gp.containers)
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
@@ -88,15 +84,12 @@ class _Compiled:
             self.func = _native_vjp(grad_fn, self.gp.cotangent, self.wrt)
         else:
             self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
-            self.func = numpy_backend.compile_source(self.src, name + "_vjp", filename)
+            self.func = numpy_backend.compile_source(self.src, name + "_vjp", f"<flowgrad {name}>")
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
 
     def call_args(self, args):
-        """Arguments for the generated function: the run-time arguments, then the constants."""
-        runtime = []
-        for c, v in zip(self.arg_params, args_of(self.fe, args)):
-            runtime.append(v)
-        return runtime + self.const_values
+        """Values for the generated function's parameters."""
+        return self.cap.inputs(args)
 
     def ir_text(self):
         text = program_text(self.prog)
@@ -125,14 +118,6 @@ def _native_vjp(grad_fn, cotangent, wrt):
         result, _ = grad_fn(*args, np.zeros(shape, dtype=cotangent.dtype))
         return result, lambda ct: unpack(grad_fn(*args, np.ascontiguousarray(ct, dtype=cotangent.dtype))[1])
     return vjp_fn
-
-
-def args_of(fe, args):
-    """The values of the run-time (array and number) arguments, in parameter order."""
-    sig = inspect.signature(fe.fn)
-    bound = sig.bind(*args)
-    bound.apply_defaults()
-    return [bound.arguments[name] for name in fe.arg_containers]
 
 
 class _Transform:

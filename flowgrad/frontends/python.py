@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
 from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Op, Read, Ref,
                        While, const_value, op, result_dtype, same_ref, scalar)
-from . import indexing
+from . import Captured, indexing
 from .numpy_api import call_function, call_method, get_attribute
 
 _UNSUPPORTED_NODES = {
@@ -1033,21 +1033,26 @@ _PY_BINOPS = {
 }
 
 
-def capture(fn, args):
-    """Capture ``fn`` for the call ``fn(*args)``: returns (params, body, result, containers, consts)."""
+def capture(fn, args) -> Captured:
+    """Capture ``fn`` for the call ``fn(*args)``."""
     hints = {}
     for _ in range(16):
         fe = Frontend(fn, hints)
         fe.frame_body_start = {}
         try:
-            fe.frames = []
             params, body, result = fe.capture_top(args)
-            return fe, params, body, result
+            break
         except Restart:
             continue
-    raise FlowgradError(f"could not settle the types of the scalars in {fn.__name__}")
+    else:
+        raise FlowgradError(f"could not settle the types of the scalars in {fn.__name__}")
+    const_values = [v for _, v in fe.consts.values()]
+    names = list(fe.arg_containers)
 
+    def inputs(call_args):
+        bound = inspect.signature(fn).bind(*call_args)
+        bound.apply_defaults()
+        return [bound.arguments[n] for n in names] + const_values
 
-
-
-__all__ = ["capture", "Frontend", "math"]
+    name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
+    return Captured(name, params, body, result, fe.containers, fe.namer, fe.arg_containers, inputs)
