@@ -19,7 +19,8 @@ RATIOS = (
     ("grad_over_numpy", "grad / NumPy fwd", "flowgrad gradient time / plain NumPy forward time"),
     ("numpy_over_fwd", "NumPy fwd / fwd", "plain NumPy forward / flowgrad forward (> 1: flowgrad's forward is faster)"),
     ("jax_over_grad", "JAX / grad", "jit(jax.grad) run time / flowgrad gradient (> 1: flowgrad is faster)"),
-    ("torch_over_grad", "torch / grad", "PyTorch autograd (forward + backward) / flowgrad gradient (> 1: flowgrad is faster)"),
+    ("torch_over_grad", "torch / grad",
+     "PyTorch autograd (forward + backward) / flowgrad gradient (> 1: flowgrad is faster)"),
 )
 
 

@@ -132,8 +132,8 @@ class Timer:
     Args:
       share_s: seconds the timed repetitions of one measurement may take (roughly).
       repeat: a fixed number of timed repetitions instead of the adaptive count.
-      min_repeat, max_repeat: bounds of the adaptive count. A single call slower than
-        ``share_s`` is timed once.
+      min_repeat, max_repeat: bounds of the adaptive count, except that a call so slow that
+        ``min_repeat`` of them overrun ``share_s`` is timed only as often as fits (at least once).
     """
 
     def __init__(self, share_s, repeat=None, min_repeat=3, max_repeat=50):
@@ -143,10 +143,10 @@ class Timer:
     def count(self, warmup_s):
         if self.repeat is not None:
             return self.repeat
-        if warmup_s >= self.share_s:
-            return 1
         n = int(self.share_s / max(warmup_s, 1e-9))
-        return max(self.min_repeat, min(self.max_repeat, n))
+        if n < self.min_repeat:             # a slow call: keep the time bounded rather than the count
+            return max(1, n)
+        return min(self.max_repeat, n)
 
     def run(self, call, make_args, sync=_no_sync):
         """``(timing dict, output of the last call)``; ``make_args()`` runs outside the timed region."""
@@ -519,7 +519,7 @@ def parse_args(argv):
                    help="timed repetitions per measurement (default: adaptive, within --budget)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds of timed repetitions per kernel, shared by its measurements "
-                        "(default: 10 at bench size, 2 at test size or with --quick)")
+                        "(default: 8 at bench size, 2 at test size or with --quick)")
     p.add_argument("--out", default=None,
                    help="write DIR/RESULTS.md and DIR/results/results.json (default: both in "
                         "benchmarks/results/, which git ignores)")
@@ -591,7 +591,7 @@ def main(argv=None):
         print(f"error: {exc}", file=sys.stderr)
         return 2
     size = ns.size or ("test" if ns.check else "bench")
-    budget = ns.budget if ns.budget is not None else (2.0 if ns.quick or size == "test" else 10.0)
+    budget = ns.budget if ns.budget is not None else (2.0 if ns.quick or size == "test" else 8.0)
     cold_dir = None
     if ns.cold_cache:
         cold_dir = tempfile.mkdtemp(prefix="flowgrad-bench-cache-")

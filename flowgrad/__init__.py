@@ -10,7 +10,18 @@
 from .api import grad, jit, value_and_grad, vjp
 from .autodiff.rules import coverage
 from .errors import FlowgradError, InputError, UnsupportedError
+from . import nn_ops  # noqa: F401 - registers the neural-network Call ops
+from .frontends.onnx import from_onnx
+from .frontends.torch import from_torch
 
 __version__ = "0.1.0"
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "coverage", "FlowgradError", "InputError",
-           "UnsupportedError"]
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "coverage", "from_torch", "from_onnx", "FlowgradError",
+           "InputError", "UnsupportedError"]
+
+
+def __getattr__(name):
+    # flowgrad.torch / flowgrad.jax: interop wrappers, imported (with their framework) on first use
+    if name in ("torch", "jax"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -292,6 +292,8 @@ def vjp(fn, *args, wrt=None, backend=None):
       >>> out, pull = flowgrad.vjp(f, A, wrt="A")                  # doctest: +SKIP
       >>> (gA,) = pull(np.ones_like(out))                          # doctest: +SKIP
     """
+    if hasattr(fn, "_flowgrad_vjp"):      # a program object (from_torch, from_onnx) has its own convention
+        return fn._flowgrad_vjp(args, wrt=wrt, backend=backend)
     if wrt is None:
         bound = inspect.signature(fn).bind(*args)
         bound.apply_defaults()

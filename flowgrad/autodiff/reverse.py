@@ -16,6 +16,8 @@ from ..errors import UnsupportedError
 from ..ir.core import (Assign, Call, Const, Container, For, If, NewAxis, Op, Pop, Program, Push,
                        Read, Ref, While, data_reads, is_float, iter_reads, same_expr, scalar,
                        stmt_reads, stmt_writes, walk, I64)
+from ..checkpoint import loops as loop_ckpt
+from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
 
 
@@ -351,8 +353,13 @@ def _record_conditions(stmts, namer, containers):
     return out
 
 
-def build_reverse(prog: Program, wrt, namer) -> GradProgram:
-    """The adjoint program of ``prog`` for the scalar or array result ``prog.results[0]``."""
+def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
+    """The adjoint program of ``prog`` for the scalar or array result ``prog.results[0]``.
+
+    ``loop_plan`` maps the loop variable name of a top-level ``for`` loop to ``(kind, param)``:
+    a checkpoint schedule kind (see ``flowgrad.checkpoint.schedules``) and the argument container
+    holding its parameter (snapshot interval or count); other loops store every iteration.
+    """
     prog = Program(prog.name, prog.params, _record_conditions(prog.body, namer, prog.containers),
                    prog.results, prog.containers)
     result = prog.results[0]
@@ -387,13 +394,26 @@ def build_reverse(prog: Program, wrt, namer) -> GradProgram:
     forward = _instrument_forward(prog.body, pushes, b.counters)
     containers = dict(prog.containers)
     containers[cotangent.name] = cotangent
+    for loop in [s for s in prog.body if isinstance(s, For)]:
+        kind, param = (loop_plan or {}).get(loop.var.name, (STORE_ALL, None))
+        if kind != STORE_ALL:
+            rest = [s for s in prog.body if s is not loop]
+            state = loop_ckpt.state_containers(loop, rest)
+            why = loop_ckpt.checkpointable(loop, state)
+            if why is not None:
+                raise UnsupportedError(f"{loop.loc}: unsupported checkpointing of this loop: {why}; "
+                                       "use strategy='store_all'")
+            loop_ckpt.apply(forward, backward, loop, kind, param, state, namer, containers,
+                            prog.containers)
     for c in list(b.grads.values()) + b.temps + list(tapes.values()) + list(b.counters.values()):
         containers[c.name] = c
     for s in walk(backward):
         if isinstance(s, For):
             containers[s.var.name] = s.var
-    return GradProgram(forward, backward, b.grads, cotangent, containers, tapes,
-                       list(b.counters.values()))
+    gp = GradProgram(forward, backward, b.grads, cotangent, containers, tapes, list(b.counters.values()))
+    gp.forward_containers = [c for c in prog.containers.values() if c.kind != "arg"] + \
+        list(tapes.values()) + gp.counters
+    return gp
 
 
 def _zero_inits(b: ReverseBuilder, prog: Program):

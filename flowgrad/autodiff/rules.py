@@ -331,6 +331,11 @@ CALLS = {
                              doc="boolean-mask write y[m] = v"),
     "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", inplace=True,
                          doc="boolean-mask accumulate y[m] += v"),
+    "trip_count": CallRule(lambda i, a: f"len(range({i[0]}, {i[1]}, {i[2]}))", doc="iterations of a range"),
+    "ckpt_slots": CallRule(lambda i, a: f"_ckpt.slots({i[0]}, {i[1]}, {i[2]})",
+                           doc="snapshot slots a loop checkpoint schedule needs"),
+    "ckpt_schedule": CallRule(lambda i, a: f"_ckpt.schedule_rows({i[0]}, {i[1]}, {i[2]})",
+                              doc="the action rows of a loop checkpoint schedule, and their count"),
     "sum_to": CallRule(lambda i, a: f"np.sum({i[0]})" if not a["shape"] else
                        f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])})", _vjp_sum_to,
                        doc="sum a broadcast adjoint back to an operand's shape"),

@@ -666,7 +666,27 @@ def _lower_sum_to(low, s, ind):
     low.line(f"{c.name}[{', '.join(out_idx)}] += {low.elem(x, names, x.shape)}", inner)
 
 
+def _lower_trip_count(low, s, ind):
+    start, stop, step = (low.src(e) for e in s.inputs)
+    low.line(f"{s.outputs[0].name} = _rt.trip_count({start}, {stop}, {step})", ind)
+
+
+def _lower_ckpt_slots(low, s, ind):
+    kind, trips, param = (low.src(e) for e in s.inputs)
+    low.line(f"{s.outputs[0].name} = _rt.ckpt_slots({kind}, {trips}, {param})", ind)
+
+
+def _lower_ckpt_schedule(low, s, ind):
+    """The schedule is built in Python (object mode), once per execution of the loop's backward."""
+    kind, trips, param = (low.src(e) for e in s.inputs)
+    sched, rows = s.outputs
+    low.line(f"with numba.objmode({sched.name}='int64[:, :]'):", ind)
+    low.line(f"{sched.name} = _ckpt.schedule({kind}, {trips}, {param})", ind + 1)
+    low.line(f"{rows.name} = {sched.name}.shape[0]", ind)
+
+
 CALL_LOWERING = {
+    "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
     "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
     "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
     "reshape": _lower_reshape, "cumsum": _lower_cumsum, "triu": _lower_tri, "tril": _lower_tri,
@@ -680,8 +700,9 @@ CALL_LOWERING = {
 # ---------------------------------------------------------------- whole functions
 
 
-HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import native_runtime as _rt\n\n"
-          "_jit = numba.njit(cache=True, error_model='numpy', nogil=True)\n\n")
+HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import native_runtime as _rt\n"
+          "from flowgrad.checkpoint import schedules as _ckpt\n\n"
+          "_jit = numba.njit(cache=True, error_model='numpy')\n\n")
 
 
 def _static_shape(c, params):

@@ -57,3 +57,11 @@ def wrap(i, n):
     """A NumPy index: negative counts from the end."""
     return i + n if i < 0 else i
 
+
+
+@_jit
+def ckpt_slots(kind, trips, param):
+    """Snapshot slots of a loop checkpoint schedule (see flowgrad.checkpoint.schedules)."""
+    if kind == 1:
+        return max(1, (trips + max(1, param) - 1) // max(1, param))
+    return 1 + max(0, param)

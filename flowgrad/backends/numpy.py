@@ -177,6 +177,9 @@ class Emitter:
         if rule.inplace:
             self.line(src.format(out=s.outputs[0].name), ind)
             return
+        if len(s.outputs) > 1:
+            self.line(f"{', '.join(c.name for c in s.outputs)} = {src}", ind)
+            return
         out = s.outputs[0]
         if out.ndim == 0:
             src = f"{_scalar_ctor(out.dtype)}({src})"
@@ -214,7 +217,8 @@ def _param_lines(params):
     return lines
 
 
-HEADER = "import numpy as np\nfrom flowgrad.backends import runtime as _rt\n\n\n"
+HEADER = ("import numpy as np\nfrom flowgrad.backends import runtime as _rt\n"
+          "from flowgrad.checkpoint import schedules as _ckpt\n\n\n")
 
 
 def emit_forward(prog) -> str:
@@ -243,16 +247,13 @@ def emit_vjp(prog, gp, wrt) -> str:
     e.line(f"def {prog.name}_vjp({names}):", 0)
     for ln in _param_lines(prog.params):
         e.line(ln, 1)
-    fwd_containers = [c for c in prog.containers.values() if c.kind != "arg"] + list(gp.tapes.values())
+    fwd_containers = gp.forward_containers
     for ln in _init_lines(fwd_containers, set()):
-        e.line(ln, 1)
-    counters = gp.counters
-    for ln in _init_lines(counters, set()):
         e.line(ln, 1)
     e.block(gp.forward, 1)
     e.line("", 1)
     e.line(f"def pullback({gp.cotangent.name}):", 1)
-    shared = [c.name for c in fwd_containers + counters + list(prog.params)]
+    shared = [c.name for c in fwd_containers + list(prog.params)]
     if shared:
         e.line(f"nonlocal {', '.join(sorted(set(shared)))}", 2)
     ct = gp.cotangent
@@ -261,8 +262,7 @@ def emit_vjp(prog, gp, wrt) -> str:
     else:
         e.line(f"{ct.name} = np.asarray({ct.name}, dtype={dtype_src(ct.dtype)})", 2)
     local = [c for c in gp.containers.values()
-             if c not in prog.containers.values() and c not in counters and c is not ct
-             and c.kind != "tape"]
+             if c not in fwd_containers and c.kind not in ("tape", "arg")]
     for ln in _init_lines(local, set()):
         e.line(ln, 2)
     e.block(gp.backward, 2)

@@ -1,0 +1,131 @@
+"""Loop checkpointing on the IR: a top-level ``for`` loop runs forward without recording, keeping
+a snapshot of its state; its backward executes a schedule (periodic or binomial) of snapshot,
+restore, advance, record and reverse actions (see ``schedules``).
+
+The value-restoration invariant of the reverse pass makes this sound: RECORD pushes exactly what
+the store-all program would have pushed for those iterations, and REVERSE pops it, leaving the
+state at the start of the reversed segment.
+"""
+from __future__ import annotations
+
+from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index, Read, Ref, Slice,
+                       iter_reads, op, scalar, stmt_reads, stmt_writes, walk)
+from . import schedules as S
+
+
+def state_containers(loop: For, rest_of_program):
+    """Containers a loop iteration needs from the previous one (or that the program reads later)."""
+    written = []
+    for s in walk(loop.body):
+        for r in stmt_writes(s):
+            c = r.container
+            if c is not loop.var and c.kind != "tape" and c not in written:
+                written.append(c)
+    read_outside = {r.ref.container for s in walk(rest_of_program) for r in stmt_reads(s)}
+    state = []
+    for c in written:
+        if c in read_outside or not _defined_first(loop.body, c):
+            state.append(c)
+    return state
+
+
+def _defined_first(body, c):
+    """Whether each iteration writes ``c`` whole before anything reads it."""
+    for s in body:
+        reads = {r.ref.container for t in walk([s]) for r in stmt_reads(t)}
+        writes_whole = (isinstance(s, Assign) and s.dst.container is c and s.dst.is_whole()
+                        and not s.accumulate) or (isinstance(s, Call) and c in s.outputs
+                                                  and not _inplace(s))
+        if writes_whole and c not in reads:
+            return True
+        if c in reads or any(r.container is c for t in walk([s]) for r in stmt_writes(t)):
+            return False
+    return False
+
+
+def _inplace(call):
+    from ..autodiff.rules import CALLS
+    return CALLS[call.op].inplace
+
+
+def checkpointable(loop: For, state) -> str | None:
+    """Why a loop cannot be checkpointed, or None."""
+    loop_written = {r.container for s in walk(loop.body) for r in stmt_writes(s)} | {loop.var}
+    for c in state:
+        for d in c.shape:
+            if any(r.ref.container in loop_written for r in iter_reads(d)):
+                return f"{c.name} changes shape inside the loop"
+    return None
+
+
+def apply(forward, backward, loop: For, kind: int, param: Container, state, namer, containers,
+          forward_containers):
+    """Rewrite one top-level loop of the instrumented forward/backward programs in place.
+
+    New containers the forward sweep writes go into ``forward_containers`` (and ``containers``),
+    those only the backward sweep uses into ``containers``."""
+    fi = next(k for k, s in enumerate(forward) if isinstance(s, For) and s.var is loop.var)
+    bi = next(k for k, s in enumerate(backward) if isinstance(s, For) and s.var is loop.var and s.reverse)
+    recorded_body = forward[fi].body
+    reversed_body = backward[bi].body
+
+    def new(hint, dtype, shape=(), in_forward=False):
+        c = Container(namer(hint), dtype, shape, "transient")
+        containers[c.name] = c
+        if in_forward:
+            forward_containers[c.name] = c
+        return c
+
+    trips = new("trips_" + loop.var.name, I64, in_forward=True)
+    nslots = new("slots_" + loop.var.name, I64, in_forward=True)
+    kind_c = Const(int(kind))
+    pre = [Call("trip_count", [loop.start, loop.stop, loop.step], [trips]),
+           Call("ckpt_slots", [kind_c, scalar(trips), scalar(param)], [nslots])]
+    snaps = {}
+    for c in state:
+        snap = new("snap_" + c.name, c.dtype, (scalar(nslots),) + c.shape, in_forward=True)
+        snaps[c] = snap
+        pre.append(Assign(Ref(snap), Const(0, c.dtype)))
+        pre.append(Assign(_slot(snap, c, Const(0)), _whole(c)))
+    forward[fi:fi + 1] = pre + [For(loop.var, loop.start, loop.stop, loop.step, loop.body, loc=loop.loc)]
+
+    rows = new("rows_" + loop.var.name, I64)
+    sched = new("schedule_" + loop.var.name, I64, (scalar(rows), Const(3)))
+    q = new("q_" + loop.var.name, I64)
+    j = new("j_" + loop.var.name, I64)
+    act, a, b = (new(n + "_" + loop.var.name, I64) for n in ("act", "a", "b"))
+    setvar = Assign(Ref(loop.var, ()), loop.start + scalar(j) * loop.step)
+
+    def steps(body, reverse=False):
+        return [For(j, scalar(a), scalar(b), 1, [setvar] + list(body), reverse=reverse, loc=loop.loc)]
+
+    def when(code, stmts):
+        return If(op("equal", scalar(act), code), stmts)
+
+    dispatch = [
+        Assign(Ref(act, ()), Read(Ref(sched, [Index(scalar(q)), Index(0)]))),
+        Assign(Ref(a, ()), Read(Ref(sched, [Index(scalar(q)), Index(1)]))),
+        Assign(Ref(b, ()), Read(Ref(sched, [Index(scalar(q)), Index(2)]))),
+        when(S.SNAP, [Assign(_slot(snaps[c], c, scalar(a)), _whole(c)) for c in state]),
+        when(S.RESTORE, [Assign(Ref(c) if c.ndim else Ref(c, ()), Read(_slot(snaps[c], c, scalar(a))))
+                         for c in state]),
+        when(S.ADVANCE, steps(loop.body)),
+        when(S.RECORD, steps(recorded_body)),
+        when(S.REVERSE, steps(reversed_body, reverse=True)),
+    ]
+    backward[bi:bi + 1] = [
+        Call("ckpt_schedule", [kind_c, scalar(trips), scalar(param)], [sched, rows]),
+        For(q, 0, scalar(rows), 1, dispatch, loc=loop.loc),
+    ]
+    return trips, nslots
+
+
+def _whole(c):
+    return Read(Ref(c) if c.ndim else Ref(c, ()))
+
+
+def _slot(snap, c, at):
+    return Ref(snap, [Index(at)] + [Slice(0, d, 1) for d in c.shape])
+
+
+__all__ = ["state_containers", "checkpointable", "apply", "BOOL"]

@@ -1,0 +1,145 @@
+"""Loop checkpoint schedules: store-all, periodic snapshots, and binomial (revolve-style).
+
+A schedule reverses ``T`` iterations of a loop starting from a snapshot of the loop's state in
+slot 0. It is a list of actions, each a row ``(op, a, b)``:
+
+- SNAP a: copy the loop state into slot a;       RESTORE a: copy slot a back into the state;
+- ADVANCE a b: run iterations a..b-1 without recording (the state moves to iteration b);
+- RECORD a b: run iterations a..b-1 pushing what their adjoints need;
+- REVERSE a b: run the adjoints of iterations b-1..a (popping what RECORD pushed).
+
+Periodic(k) keeps ceil(T/k) snapshots and the tape of k iterations (memory ~ sqrt(T) for
+k ~ sqrt(T)); binomial(c) keeps c snapshots and one iteration's tape, with the minimal number
+of extra iterations for that many snapshots (Griewank's revolve bound), so memory ~ log T.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from math import comb
+
+import numpy as np
+
+SNAP, RESTORE, ADVANCE, RECORD, REVERSE = 0, 1, 2, 3, 4
+STORE_ALL, PERIODIC, BINOMIAL = 0, 1, 2
+KIND_NAMES = {STORE_ALL: "store_all", PERIODIC: "periodic", BINOMIAL: "binomial"}
+
+
+def periodic(T: int, k: int):
+    """Snapshots every k iterations; each segment is recorded whole, then reversed."""
+    k = max(1, int(k))
+    acts = [(RESTORE, 0, 0)]
+    starts = list(range(0, T, k))
+    for n, s in enumerate(starts):
+        if n:
+            acts.append((SNAP, n, 0))
+        acts.append((ADVANCE, s, min(T, s + k)) if n + 1 < len(starts) else (ADVANCE, s, s))
+    for n in range(len(starts) - 1, -1, -1):
+        s, e = starts[n], min(T, starts[n] + k)
+        acts += [(RESTORE, n, 0), (RECORD, s, e), (REVERSE, s, e)]
+    return _clean(acts)
+
+
+def periodic_slots(T: int, k: int) -> int:
+    return max(1, -(-T // max(1, int(k))))
+
+
+@lru_cache(maxsize=None)
+def _cost_table(T: int, c: int):
+    """F[l][j]: fewest ADVANCE iterations to reverse l iterations from a stored start with j free
+    snapshots, and the best first split for each (dynamic programming over Griewank's recursion)."""
+    F = np.zeros((c + 1, T + 1), dtype=np.int64)
+    split = np.zeros((c + 1, T + 1), dtype=np.int64)
+    ls = np.arange(T + 1, dtype=np.int64)
+    F[0] = ls * (ls - 1) // 2
+    for j in range(1, c + 1):
+        F[j, 1] = 0
+        for length in range(2, T + 1):
+            m = np.arange(1, length, dtype=np.int64)
+            cost = m + F[j - 1, length - m] + F[j, m]
+            best = int(np.argmin(cost))
+            F[j, length] = cost[best]
+            split[j, length] = m[best]
+    return F, split
+
+
+def binomial(T: int, c: int):
+    """Revolve-style schedule with ``c`` snapshots besides slot 0."""
+    c = max(0, int(c))
+    if T == 0:
+        return []
+    F, split = _cost_table(T, c)
+    acts = []
+
+    def rev(s, e, slot, free):
+        # the state at iteration s is in ``slot``
+        length = e - s
+        if length == 1:
+            acts.extend([(RESTORE, slot, 0), (RECORD, s, e), (REVERSE, s, e)])
+            return
+        if free == 0:
+            for j in range(e - 1, s - 1, -1):
+                acts.extend([(RESTORE, slot, 0), (ADVANCE, s, j), (RECORD, j, j + 1), (REVERSE, j, j + 1)])
+            return
+        m = s + int(split[free, length])
+        new = slot + 1
+        acts.extend([(RESTORE, slot, 0), (ADVANCE, s, m), (SNAP, new, 0)])
+        rev(m, e, new, free - 1)
+        rev(s, m, slot, free)
+
+    rev(0, T, 0, c)
+    return _clean(acts)
+
+
+def binomial_slots(T: int, c: int) -> int:
+    return 1 + max(0, int(c))
+
+
+def min_advances(T: int, c: int) -> int:
+    """The fewest ADVANCE iterations any schedule with c snapshots needs (the DP optimum)."""
+    return int(_cost_table(T, c)[0][c, T]) if T else 0
+
+
+def revolve_formula(T: int, c: int) -> int:
+    """Griewank's closed form for the iterations run without recording when reversing T
+    iterations with the start state plus ``c`` snapshots (s = c + 1 checkpoints in his count):
+    with r the smallest integer such that C(s + r, s) >= T, it is r*T - C(s + r, s + 1).
+    """
+    if T <= 1:
+        return 0
+    s = c + 1
+    r = 0
+    while comb(s + r, s) < T:
+        r += 1
+    return r * T - comb(s + r, s + 1)
+
+
+def count_advances(actions) -> int:
+    return sum(b - a for op, a, b in actions if op == ADVANCE)
+
+
+def _clean(acts):
+    return [a for a in acts if not (a[0] == ADVANCE and a[1] == a[2])]
+
+
+def as_array(actions) -> np.ndarray:
+    return np.asarray(actions, dtype=np.int64).reshape(-1, 3)
+
+
+def schedule(kind: int, T: int, param: int) -> np.ndarray:
+    """The action rows for a loop of T iterations (called by generated code at run time)."""
+    T = int(T)
+    if kind == PERIODIC:
+        return as_array(periodic(T, param))
+    if kind == BINOMIAL:
+        return as_array(binomial(T, param))
+    raise ValueError(f"no schedule for kind {kind}")
+
+
+def slots(kind: int, T: int, param: int) -> int:
+    return periodic_slots(int(T), param) if kind == PERIODIC else binomial_slots(int(T), param)
+
+
+def schedule_rows(kind: int, T: int, param: int):
+    """(actions, number of actions) for generated code."""
+    acts = schedule(kind, T, param)
+    return acts, acts.shape[0]

@@ -1,0 +1,5 @@
+"""ONNX frontend (placeholder)."""
+
+
+def from_onnx(model, backend=None):
+    raise NotImplementedError
