@@ -7,7 +7,7 @@
     ...     return np.sum(x * x)
     >>> g = flowgrad.grad(f, wrt="x")(np.linspace(0, 1, 8), 5)
 """
-from .api import grad, jit, value_and_grad, vjp
+from .api import explain, grad, jit, value_and_grad, vjp
 from .autodiff.rules import coverage
 from .errors import FlowgradError, InputError, UnsupportedError
 from . import nn_ops  # noqa: F401 - registers the neural-network Call ops
@@ -15,7 +15,7 @@ from .frontends.onnx import from_onnx
 from .frontends.torch import from_torch
 
 __version__ = "0.1.0"
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "coverage", "from_torch", "from_onnx", "FlowgradError",
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "coverage", "from_torch", "from_onnx", "FlowgradError",
            "InputError", "UnsupportedError"]
 
 

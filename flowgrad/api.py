@@ -12,11 +12,12 @@ import os
 import numpy as np
 
 from .autodiff.reverse import build_reverse
+from .checkpoint.plan import parse_bytes, plan_program
 from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
-from .ir.core import Const, Program
+from .ir.core import I64, Const, Container, Program
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
 
@@ -50,11 +51,18 @@ def _arg_key(value, name):
 class _Compiled:
     """One captured and compiled specialisation."""
 
-    def __init__(self, fn, args, wrt_spec, backend, mode):
+    def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None):
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else capture(fn, args)
         self.cap = cap
         name = cap.name
         self.prog = Program(name, cap.params, cap.body, [cap.result], cap.containers)
+        self.ckpt_params = {}
+        for var in sorted(loop_kinds or {}):
+            c = Container(cap.namer("ckpt_" + var), I64, (), "arg")
+            self.ckpt_params[var] = c
+            self.prog.params.append(c)
+            self.prog.containers[c.name] = c
+        loop_plan = {var: (kind, self.ckpt_params[var]) for var, kind in (loop_kinds or {}).items()}
         verify(self.prog.body, self.prog.containers)
         self.result = cap.result
         self.mode = mode
@@ -76,7 +84,7 @@ class _Compiled:
                 raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float arguments can be "
                                  "differentiated")
         self.wrt = [cap.arg_containers[w] for w in wrt_spec]
-        self.gp = build_reverse(self.prog, self.wrt, cap.namer)
+        self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
         verify(self.gp.forward + self.gp.backward, self.gp.containers)
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
@@ -87,9 +95,15 @@ class _Compiled:
             self.func = numpy_backend.compile_source(self.src, name + "_vjp", f"<flowgrad {name}>")
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
 
-    def call_args(self, args):
-        """Values for the generated function's parameters."""
-        return self.cap.inputs(args)
+    def call_args(self, args, ckpt_values=None):
+        """Values for the generated function's parameters (checkpoint parameters last)."""
+        return self.cap.inputs(args) + [int((ckpt_values or {})[v]) for v in sorted(self.ckpt_params)]
+
+    def arg_env(self, args):
+        """Argument containers -> values, for evaluating trip counts and sizes."""
+        values = self.cap.inputs(args)
+        return {c: (int(v) if c.ndim == 0 and c.dtype.kind in "iu" else v)
+                for c, v in zip(self.cap.params, values)}
 
     def ir_text(self):
         text = program_text(self.prog)
@@ -123,7 +137,13 @@ def _native_vjp(grad_fn, cotangent, wrt):
 class _Transform:
     """Shared machinery of grad/vjp/jit: signature checks, caching, introspection."""
 
-    def __init__(self, fn, wrt, backend, mode):
+    def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None):
+        self.memory_budget = parse_bytes(memory_budget)
+        if strategy is None:
+            strategy = "store_all" if self.memory_budget is None else "ilp"
+        if strategy not in ("store_all", "recompute_all", "ilp"):
+            raise InputError(f"strategy must be 'store_all', 'recompute_all' or 'ilp', not {strategy!r}")
+        self.strategy = strategy
         if backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
         if not callable(fn):
@@ -166,21 +186,39 @@ class _Transform:
                                  "scalars can be differentiated")
         return tuple(names), single
 
-    def compiled(self, args):
+    def planned(self, args):
+        """(compiled entry, checkpoint parameters, plan) for a call, honouring the memory budget."""
+        entry = self.compiled(args)
+        if self.mode == "forward" or self.strategy == "store_all":
+            return entry, {}, None
+        plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), self.memory_budget, self.strategy)
+        kinds = {var: kind for var, kind in plan.key() if kind != 0}
+        if not kinds:
+            return entry, {}, plan
+        key = (self.cache_key(args), tuple(sorted(kinds.items())))
+        variant = self.cache.get(key)
+        if variant is None:
+            variant = _Compiled(self.fn, args, self.wrt_names(args)[0], self.backend, self.mode, kinds)
+            self.cache[key] = variant
+        return variant, plan.params(), plan
+
+    def cache_key(self, args):
         try:
             bound = inspect.signature(self.fn).bind(*args)
         except TypeError as exc:
             raise InputError(f"calling {self.__name__}: {exc}") from None
         bound.apply_defaults()
         key = [tuple(_arg_key(v, n) for n, v in bound.arguments.items())]
-        wrt = ()
         if self.mode != "forward":
-            wrt, _ = self.wrt_names(args)
-            key.append(wrt)
-        key = tuple(key)
+            key.append(self.wrt_names(args)[0])
+        return tuple(key)
+
+    def compiled(self, args):
+        """The store-all specialisation for these arguments' signature (captured on first use)."""
+        key = self.cache_key(args)
         entry = self.cache.get(key)
         if entry is None:
-            entry = _Compiled(self.fn, args, wrt, self.backend, self.mode)
+            entry = _Compiled(self.fn, args, key[1] if self.mode != "forward" else (), self.backend, self.mode)
             self.cache[key] = entry
             if os.environ.get("FLOWGRAD_DUMP"):
                 print(entry.ir_text())
@@ -200,8 +238,8 @@ def _copy_in(args):
     return args
 
 
-def _run_vjp(entry, args):
-    return entry.func(*entry.call_args(args))
+def _run_vjp(entry, args, ckpt_values=None):
+    return entry.func(*entry.call_args(args, ckpt_values))
 
 
 def _format_grads(grads, wrt, single, args_by_name):
@@ -241,14 +279,14 @@ class value_and_grad(_Transform):
       >>> value, gx = vg(x, 3)                                       # doctest: +SKIP
     """
 
-    def __init__(self, fn, wrt=0, backend=None):
-        super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse")
+    def __init__(self, fn, wrt=0, backend=None, memory_budget=None, strategy=None):
+        super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse", memory_budget, strategy)
 
     def __call__(self, *args):
-        entry = self.compiled(args)
-        _scalar_result(entry, self.__name__)
+        _scalar_result(self.compiled(args), self.__name__)
+        entry, ckpt, _ = self.planned(args)
         wrt, single = self.wrt_names(args)
-        value, pullback = _run_vjp(entry, args)
+        value, pullback = _run_vjp(entry, args, ckpt)
         grads = pullback(1.0)
         bound = inspect.signature(self.fn).bind(*args)
         bound.apply_defaults()
@@ -261,7 +299,11 @@ class grad(value_and_grad):
     Args:
       fn: a Python function using NumPy, returning a float scalar.
       wrt: argument name or position, or a tuple of them (default 0).
-      backend: ``"numpy"``.
+      backend: ``"native"`` (Numba; the default when installed) or ``"numpy"``.
+      memory_budget: bytes (or ``"512MiB"``) the gradient may use; loop tapes beyond it are
+        replaced by checkpoint schedules chosen by an integer linear program.
+      strategy: ``"store_all"``, ``"recompute_all"`` or ``"ilp"`` (default: ``"ilp"`` when a
+        budget is given, else ``"store_all"``).
 
     Returns:
       ``g(*args)``: the gradient w.r.t. ``wrt`` at ``args`` (one array, or a tuple).
@@ -343,4 +385,22 @@ class jit(_Transform):
         return entry.func(*entry.call_args(args))
 
 
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "FlowgradError"]
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "FlowgradError"]
+
+
+def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None):
+    """Print and return the memory plan of ``grad(fn, wrt, memory_budget=..., strategy=...)(*args)``.
+
+    The plan lists each loop tape (iterations, bytes per iteration, loop state) with the chosen
+    schedule (store all, periodic snapshots or binomial), its memory and extra FLOPs, and the
+    predicted peak against the budget.
+
+    Example:
+      >>> flowgrad.explain(heat, u, 0.1, 1000, wrt="kappa", memory_budget="4MiB")   # doctest: +SKIP
+    """
+    g = value_and_grad(fn, wrt=wrt, backend=backend, memory_budget=memory_budget,
+                       strategy=strategy or ("ilp" if memory_budget is not None else "store_all"))
+    entry = g.compiled(args)
+    plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), g.memory_budget, g.strategy)
+    print(plan)
+    return plan

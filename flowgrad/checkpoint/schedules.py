@@ -14,6 +14,7 @@ of extra iterations for that many snapshots (Griewank's revolve bound), so memor
 """
 from __future__ import annotations
 
+from array import array
 from functools import lru_cache
 from math import comb
 
@@ -24,19 +25,39 @@ STORE_ALL, PERIODIC, BINOMIAL = 0, 1, 2
 KIND_NAMES = {STORE_ALL: "store_all", PERIODIC: "periodic", BINOMIAL: "binomial"}
 
 
+class _Actions:
+    """A compact, growable list of (op, a, b) rows (8 bytes per number, no Python tuples)."""
+
+    def __init__(self):
+        self.data = array("q")
+
+    def add(self, op, a, b=0):
+        if op == ADVANCE and a == b:
+            return
+        self.data.extend((op, a, b))
+
+    def rows(self):
+        return np.frombuffer(self.data, dtype=np.int64).reshape(-1, 3) if self.data else \
+            np.zeros((0, 3), dtype=np.int64)
+
+
 def periodic(T: int, k: int):
     """Snapshots every k iterations; each segment is recorded whole, then reversed."""
     k = max(1, int(k))
-    acts = [(RESTORE, 0, 0)]
+    acts = _Actions()
+    acts.add(RESTORE, 0)
     starts = list(range(0, T, k))
     for n, s in enumerate(starts):
         if n:
-            acts.append((SNAP, n, 0))
-        acts.append((ADVANCE, s, min(T, s + k)) if n + 1 < len(starts) else (ADVANCE, s, s))
+            acts.add(SNAP, n)
+        if n + 1 < len(starts):
+            acts.add(ADVANCE, s, min(T, s + k))
     for n in range(len(starts) - 1, -1, -1):
         s, e = starts[n], min(T, starts[n] + k)
-        acts += [(RESTORE, n, 0), (RECORD, s, e), (REVERSE, s, e)]
-    return _clean(acts)
+        acts.add(RESTORE, n)
+        acts.add(RECORD, s, e)
+        acts.add(REVERSE, s, e)
+    return acts.rows()
 
 
 def periodic_slots(T: int, k: int) -> int:
@@ -65,29 +86,34 @@ def _cost_table(T: int, c: int):
 def binomial(T: int, c: int):
     """Revolve-style schedule with ``c`` snapshots besides slot 0."""
     c = max(0, int(c))
+    acts = _Actions()
     if T == 0:
-        return []
+        return acts.rows()
     F, split = _cost_table(T, c)
-    acts = []
 
     def rev(s, e, slot, free):
         # the state at iteration s is in ``slot``
-        length = e - s
-        if length == 1:
-            acts.extend([(RESTORE, slot, 0), (RECORD, s, e), (REVERSE, s, e)])
+        if e - s == 1:
+            acts.add(RESTORE, slot)
+            acts.add(RECORD, s, e)
+            acts.add(REVERSE, s, e)
             return
         if free == 0:
             for j in range(e - 1, s - 1, -1):
-                acts.extend([(RESTORE, slot, 0), (ADVANCE, s, j), (RECORD, j, j + 1), (REVERSE, j, j + 1)])
+                acts.add(RESTORE, slot)
+                acts.add(ADVANCE, s, j)
+                acts.add(RECORD, j, j + 1)
+                acts.add(REVERSE, j, j + 1)
             return
-        m = s + int(split[free, length])
-        new = slot + 1
-        acts.extend([(RESTORE, slot, 0), (ADVANCE, s, m), (SNAP, new, 0)])
-        rev(m, e, new, free - 1)
+        m = s + int(split[free, e - s])
+        acts.add(RESTORE, slot)
+        acts.add(ADVANCE, s, m)
+        acts.add(SNAP, slot + 1)
+        rev(m, e, slot + 1, free - 1)
         rev(s, m, slot, free)
 
     rev(0, T, 0, c)
-    return _clean(acts)
+    return acts.rows()
 
 
 def binomial_slots(T: int, c: int) -> int:
@@ -114,24 +140,21 @@ def revolve_formula(T: int, c: int) -> int:
 
 
 def count_advances(actions) -> int:
-    return sum(b - a for op, a, b in actions if op == ADVANCE)
+    return int(sum(b - a for op, a, b in np.asarray(actions).tolist() if op == ADVANCE))
 
 
-def _clean(acts):
-    return [a for a in acts if not (a[0] == ADVANCE and a[1] == a[2])]
-
-
-def as_array(actions) -> np.ndarray:
-    return np.asarray(actions, dtype=np.int64).reshape(-1, 3)
+def schedule_bytes(T: int, slots: int) -> int:
+    """An upper bound on a schedule's size in memory (rows of three int64)."""
+    return 24 * (4 * T + 2 * slots + 4)
 
 
 def schedule(kind: int, T: int, param: int) -> np.ndarray:
     """The action rows for a loop of T iterations (called by generated code at run time)."""
     T = int(T)
     if kind == PERIODIC:
-        return as_array(periodic(T, param))
+        return periodic(T, param)
     if kind == BINOMIAL:
-        return as_array(binomial(T, param))
+        return binomial(T, param)
     raise ValueError(f"no schedule for kind {kind}")
 
 

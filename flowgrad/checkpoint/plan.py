@@ -1,0 +1,365 @@
+"""Store or recompute: an integer linear program over the forward values the backward sweep needs.
+
+Candidates are (1) intermediates: arrays defined once by a top-level statement and read by the
+backward sweep, which can be kept alive (stored) or freed after their last forward use and
+recomputed just before the backward sweep first needs them; and (2) top-level ``for`` loops,
+whose per-iteration tapes can be stored for every iteration, or replaced by a periodic or a
+binomial checkpoint schedule. Memory is accounted on a timeline of the top-level statements of
+the forward and backward sweeps; SciPy's ``milp`` (HiGHS) minimises the recomputation FLOPs
+subject to the predicted peak staying under the budget at every point.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from ..errors import FlowgradError, InputError
+from ..ir.core import (Assign, Call, Const, For, If, Op, Read, While, iter_reads, stmt_reads,
+                       stmt_writes, walk)
+from . import schedules as S
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(budget) -> int | None:
+    """``512 * 2**20``, ``"512MiB"``, ``"1.5 GB"`` -> bytes; None -> None."""
+    if budget is None:
+        return None
+    if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool):
+        return int(budget)
+    if isinstance(budget, float):
+        return int(budget)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(budget))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise InputError(f"memory_budget {budget!r} is not a size: use bytes or a string like '512MiB'")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def fmt_bytes(n) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+class _Unknown(Exception):
+    pass
+
+
+def evaluate(e, env):
+    """The integer value of an index/shape expression given argument values (or _Unknown)."""
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Read):
+        c = e.ref.container
+        if c.ndim == 0 and c in env:
+            return env[c]
+        raise _Unknown(c.name)
+    if isinstance(e, Op):
+        args = [evaluate(a, env) for a in e.args]
+        fn = {"add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+              "floor_divide": lambda a, b: a // b, "maximum": max, "minimum": min,
+              "negative": lambda a: -a, "mod": lambda a, b: a % b}.get(e.name)
+        if fn is None:
+            raise _Unknown(e.name)
+        return fn(*args)
+    raise _Unknown(repr(e))
+
+
+def nbytes(c, env):
+    n = c.dtype.itemsize
+    for d in c.shape:
+        n *= evaluate(d, env)
+    return n
+
+
+def stmt_flops(s, env, loop_env=None):
+    """Floating-point operations of one execution of a statement (nested loops multiplied out)."""
+    from ..autodiff.rules import CALLS, ELEMENTWISE_FLOPS
+
+    def size(shape):
+        n = 1
+        for d in shape:
+            try:
+                n *= evaluate(d, env)
+            except _Unknown:
+                n *= 1
+        return n
+
+    if isinstance(s, Assign):
+        ops = sum(ELEMENTWISE_FLOPS.get(e.name, 1) for e in _ops(s.expr))
+        return max(1, ops) * size(s.dst.shape)
+    if isinstance(s, Call):
+        return CALLS[s.op].flops(s, size)
+    if isinstance(s, For):
+        try:
+            trips = len(range(evaluate(s.start, env), evaluate(s.stop, env), evaluate(s.step, env)))
+        except _Unknown:
+            trips = 1
+        return trips * sum(stmt_flops(t, env) for t in s.body)
+    if isinstance(s, If):
+        return max(sum(stmt_flops(t, env) for t in s.then), sum(stmt_flops(t, env) for t in s.orelse))
+    if isinstance(s, While):
+        return sum(stmt_flops(t, env) for t in s.body)
+    return 0
+
+
+def _ops(e):
+    if isinstance(e, Op):
+        yield e
+        for a in e.args:
+            yield from _ops(a)
+
+
+class LoopCandidate:
+    def __init__(self, loop, trips, iter_bytes, state_bytes, iter_flops, reason=None):
+        self.loop, self.trips = loop, trips
+        self.iter_bytes, self.state_bytes, self.iter_flops = iter_bytes, state_bytes, iter_flops
+        self.reason = reason
+
+    @property
+    def name(self):
+        return f"loop over {self.loop.var.name}" + (f" ({self.loop.loc})" if self.loop.loc else "")
+
+    def options(self):
+        """(kind, param, memory while reversing, memory held from the loop on, extra FLOPs)."""
+        T, B, Sb, C = self.trips, self.iter_bytes, self.state_bytes, self.iter_flops
+        opts = [(S.STORE_ALL, 0, T * B, T * B, 0)]
+        if self.reason is not None or T < 2:
+            return opts
+        ks = sorted({k for k in (2, 4, 8, 16, 32, 64, 128, 256, 512, int(math.isqrt(T)) or 1,
+                                 int(math.isqrt(T)) + 1) if 1 < k < T})
+        for k in ks:
+            slots = S.periodic_slots(T, k)
+            adv = T - (T - (slots - 1) * k)
+            sched = S.schedule_bytes(T, slots)
+            opts.append((S.PERIODIC, k, slots * Sb + k * B + sched, slots * Sb, (adv + T) * C))
+        for c in range(1, min(T, 40)):
+            adv = S.revolve_formula(T, c)
+            sched = S.schedule_bytes(T, c + 1)
+            opts.append((S.BINOMIAL, c, (c + 1) * Sb + B + sched, (c + 1) * Sb, (adv + T) * C))
+            if S.binomial_slots(T, c) >= T:
+                break
+        return opts
+
+
+class Plan:
+    """The planner's decision: per loop a schedule, per intermediate store/recompute, and the report."""
+
+    def __init__(self):
+        self.loops = []          # (LoopCandidate, kind, param, memory, flops)
+        self.budget = None
+        self.base = 0
+        self.peak = 0
+        self.store_all_peak = 0
+        self.min_peak = 0
+        self.strategy = "store_all"
+        self.notes = []
+
+    def loop_plan(self, param_containers):
+        """``build_reverse``'s loop_plan: loop var name -> (kind, parameter container)."""
+        return {cand.loop.var.name: (kind, param_containers[cand.loop.var.name])
+                for cand, kind, param, _, _ in self.loops if kind != S.STORE_ALL}
+
+    def params(self):
+        return {cand.loop.var.name: param for cand, kind, param, _, _ in self.loops}
+
+    def key(self):
+        return tuple((cand.loop.var.name, kind) for cand, kind, _, _, _ in self.loops)
+
+    @property
+    def extra_flops(self):
+        return sum(f for *_, f in self.loops)
+
+    def __str__(self):
+        lines = [f"memory plan ({self.strategy})"]
+        if self.budget is not None:
+            lines.append(f"  budget:          {fmt_bytes(self.budget)}")
+        lines.append(f"  predicted peak:  {fmt_bytes(self.peak)}  (store-all: {fmt_bytes(self.store_all_peak)}, "
+                     f"minimum possible: {fmt_bytes(self.min_peak)})")
+        lines.append(f"  extra FLOPs:     {self.extra_flops:.3g}")
+        if not self.loops:
+            lines.append("  no loop tapes to plan: every value the backward sweep needs is stored")
+        for cand, kind, param, mem, flops in self.loops:
+            what = {S.STORE_ALL: "store every iteration", S.PERIODIC: f"periodic snapshots every {param}",
+                    S.BINOMIAL: f"binomial schedule with {param} snapshots"}[kind]
+            lines.append(f"  {cand.name}: {cand.trips} iterations x {fmt_bytes(cand.iter_bytes)} tape, "
+                         f"state {fmt_bytes(cand.state_bytes)} -> {what}: {fmt_bytes(mem)}, "
+                         f"+{flops:.3g} FLOPs" + (f"  [{cand.reason}]" if cand.reason else ""))
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        return "\n".join(lines)
+
+
+def solve(items, budget, base):
+    """The 0/1 program shared by every planner.
+
+    ``items``: a list of groups; each group is a list of options ``(memory, cost)`` of which
+    exactly one is chosen. Minimise total cost subject to ``base + sum(memory) <= budget``.
+    Returns the chosen option index per group, or raises FlowgradError naming the minimum budget.
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    if not items:
+        if base > budget:
+            raise FlowgradError(_infeasible(budget, base))
+        return []
+    n = sum(len(g) for g in items)
+    cost, mem = np.zeros(n), np.zeros(n)
+    onehot = np.zeros((len(items), n))
+    k = 0
+    for gi, group in enumerate(items):
+        for m, c in group:
+            mem[k], cost[k] = m, c
+            onehot[gi, k] = 1
+            k += 1
+    minimum = base + sum(min(m for m, _ in g) for g in items)
+    if minimum > budget:
+        raise FlowgradError(_infeasible(budget, minimum))
+    scale = max(1.0, float(np.max(mem)))
+    cons = [LinearConstraint(onehot, 1, 1), LinearConstraint(mem[None, :] / scale, -np.inf, (budget - base) / scale)]
+    tie = mem / scale * 1e-9 * max(1.0, float(np.max(cost)))
+    res = milp(cost + tie, constraints=cons, integrality=np.ones(n), bounds=Bounds(0, 1))
+    if not res.success:
+        raise FlowgradError(_infeasible(budget, minimum))
+    x = np.round(res.x).astype(int)
+    choice, k = [], 0
+    for group in items:
+        sel = [j for j in range(len(group)) if x[k + j]]
+        choice.append(sel[0])
+        k += len(group)
+    return choice
+
+
+def _infeasible(budget, minimum):
+    return (f"memory_budget {fmt_bytes(budget)} is below the minimum this gradient needs: "
+            f"{fmt_bytes(minimum)} ({int(minimum)} bytes); raise the budget to at least that")
+
+
+def plan_program(prog, gp, env, budget, strategy):
+    """Plan the loops of a captured program for one call (``env``: argument containers -> values)."""
+    plan = Plan()
+    plan.budget = budget
+    plan.strategy = strategy
+    cands = []
+    top_loops = [s for s in prog.body if isinstance(s, For)]
+    pushes_by_var = _loop_tapes(gp.forward)
+    from . import loops as loop_ckpt
+    for loop in top_loops:
+        try:
+            trips = len(range(evaluate(loop.start, env), evaluate(loop.stop, env), evaluate(loop.step, env)))
+        except _Unknown:
+            plan.notes.append(f"loop over {loop.var.name}: trip count not known from the arguments; stored")
+            continue
+        iter_bytes = 0
+        for push in pushes_by_var.get(loop.var.name, []):
+            try:
+                n = push.ref.container.dtype.itemsize
+                for d in push.ref.shape:
+                    n *= evaluate(d, env)
+                iter_bytes += n * _multiplicity(loop, push, env)
+            except _Unknown:
+                plan.notes.append(f"loop over {loop.var.name}: tape size not known; stored")
+                iter_bytes = None
+                break
+        if iter_bytes is None or iter_bytes == 0:
+            continue
+        rest = [s for s in prog.body if s is not loop]
+        state = loop_ckpt.state_containers(loop, rest)
+        reason = loop_ckpt.checkpointable(loop, state)
+        try:
+            state_bytes = sum(nbytes(c, env) for c in state)
+        except _Unknown:
+            state_bytes, reason = 0, reason or "state size not known"
+        flops = sum(stmt_flops(s, env) for s in loop.body)
+        cands.append(LoopCandidate(loop, trips, iter_bytes, state_bytes, flops, reason))
+    base = _base_bytes(gp, env, cands)
+    plan.base = base
+    groups = [[(o[2], o[4]) for o in c.options()] for c in cands]
+    plan.store_all_peak = base + sum(g[0][0] for g in groups)
+    plan.min_peak = base + sum(min(m for m, _ in g) for g in groups)
+    if strategy == "store_all":
+        choice = [0] * len(cands)
+    elif strategy == "recompute_all":
+        choice = [_logarithmic(c) for c in cands]
+    else:
+        choice = solve(groups, budget if budget is not None else float("inf"), base)
+    for cand, j in zip(cands, choice):
+        kind, param, mem, _, flops = cand.options()[j]
+        plan.loops.append((cand, kind, param, mem, flops))
+    plan.peak = base + sum(m for _, _, _, m, _ in plan.loops)
+    return plan
+
+
+def _logarithmic(cand):
+    """The binomial option with about log2(T) snapshots (memory ~ log T), else the smallest."""
+    opts = cand.options()
+    want = max(1, math.ceil(math.log2(max(2, cand.trips))))
+    binom = [j for j, o in enumerate(opts) if o[0] == S.BINOMIAL]
+    if not binom:
+        return min(range(len(opts)), key=lambda j: opts[j][2])
+    return min(binom, key=lambda j: abs(opts[j][1] - want))
+
+
+def _loop_tapes(forward):
+    out = {}
+    for s in forward:
+        if isinstance(s, For):
+            out[s.var.name] = [t for t in walk(s.body) if t.__class__.__name__ == "Push"]
+    return out
+
+
+def _multiplicity(loop, push, env):
+    """How many times a push inside ``loop``'s body runs per iteration (nested loops multiplied)."""
+    def find(stmts, mult):
+        for s in stmts:
+            if s is push:
+                return mult
+            if isinstance(s, For):
+                try:
+                    trips = len(range(evaluate(s.start, env), evaluate(s.stop, env), evaluate(s.step, env)))
+                except _Unknown:
+                    trips = 1
+                r = find(s.body, mult * trips)
+                if r is not None:
+                    return r
+            elif isinstance(s, If):
+                r = find(s.then, mult) or find(s.orelse, mult)
+                if r is not None:
+                    return r
+            elif isinstance(s, While):
+                r = find(s.body, mult)
+                if r is not None:
+                    return r
+        return None
+    return find(loop.body, 1) or 1
+
+
+def _base_bytes(gp, env, cands):
+    """Memory the plan does not change: arguments, transients, adjoints, and the temporaries
+    NumPy allocates while evaluating the largest expression (one per operation, conservatively)."""
+    total = 0
+    for c in gp.containers.values():
+        if c.kind == "tape" or c.ndim == 0:
+            continue
+        try:
+            total += nbytes(c, env)
+        except _Unknown:
+            pass
+    scratch = 0
+    for s in walk(gp.forward + gp.backward):
+        if isinstance(s, Assign) and s.dst.shape:
+            try:
+                n = s.dst.container.dtype.itemsize
+                for d in s.dst.shape:
+                    n *= evaluate(d, env)
+            except _Unknown:
+                continue
+            scratch = max(scratch, n * sum(1 for _ in _ops(s.expr)))
+    return total + scratch
+
+
+__all__ = ["parse_bytes", "plan_program", "solve", "Plan", "fmt_bytes", "iter_reads", "stmt_reads",
+           "stmt_writes"]

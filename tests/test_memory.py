@@ -1,0 +1,159 @@
+"""Memory planning: the ILP, loop checkpoint schedules, and measured memory under a budget."""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import flowgrad
+from flowgrad.checkpoint import schedules as S
+from flowgrad.checkpoint.plan import parse_bytes, solve
+from oracle import check_grad
+
+MiB = 2 ** 20
+
+
+# ---------------------------------------------------------------- the published worked example
+
+def _worked_example(budget):
+    """Three overwritten 50 MiB intermediates, recompute costs 13, 26 and 39 MFLOP: each is a
+    group of two options, (memory, cost) for store and for recompute."""
+    groups = [[(50 * MiB, 0), (0, cost * 10**6)] for cost in (13, 26, 39)]
+    return solve(groups, budget, base=0)
+
+
+def test_worked_example_budget_for_all_three_stores_all():
+    assert _worked_example(150 * MiB) == [0, 0, 0]
+
+
+def test_worked_example_budget_for_two_recomputes_the_cheapest():
+    assert _worked_example(100 * MiB) == [1, 0, 0]
+
+
+def test_worked_example_infeasible_budget_names_the_minimum():
+    groups = [[(50 * MiB, 0), (10 * MiB, cost * 10**6)] for cost in (13, 26, 39)]
+    with pytest.raises(flowgrad.FlowgradError, match=r"minimum this gradient needs: 30\.0 MiB"):
+        solve(groups, 20 * MiB, base=0)
+
+
+def test_parse_bytes_units():
+    assert parse_bytes("512MiB") == 512 * MiB
+    assert parse_bytes("1.5 GB") == 1_500_000_000
+    assert parse_bytes(1024) == 1024
+    with pytest.raises(flowgrad.InputError, match="memory_budget"):
+        parse_bytes("lots")
+
+
+# ---------------------------------------------------------------- schedules
+
+
+@pytest.mark.parametrize("T,c", [(2, 1), (10, 2), (37, 3), (100, 4), (1000, 10)])
+def test_binomial_schedule_matches_revolve_formula(T, c):
+    acts = S.binomial(T, c)
+    assert S.count_advances(acts) == S.revolve_formula(T, c) == S.min_advances(T, c)
+    rows = acts.tolist()
+    recorded = sorted(j for op, a, b in rows if op == S.RECORD for j in range(a, b))
+    reversed_ = [j for op, a, b in rows if op == S.REVERSE for j in range(b - 1, a - 1, -1)]
+    assert recorded == list(range(T)) and reversed_ == list(range(T - 1, -1, -1))
+    assert max(a for op, a, b in rows if op in (S.SNAP, S.RESTORE)) <= c
+
+
+@pytest.mark.parametrize("T,k", [(1, 1), (7, 3), (10, 5), (12, 4)])
+def test_periodic_schedule_reverses_every_iteration_once(T, k):
+    acts = S.periodic(T, k).tolist()
+    reversed_ = [j for op, a, b in acts if op == S.REVERSE for j in range(b - 1, a - 1, -1)]
+    assert reversed_ == list(range(T - 1, -1, -1))
+    assert S.periodic_slots(T, k) == -(-T // k)
+
+
+# ---------------------------------------------------------------- checkpointed gradients
+
+
+def nonlinear_steps(u, nu, steps):
+    un = np.empty_like(u)
+    for t in range(steps):
+        f = 0.5 * u * u
+        un[1:-1] = u[1:-1] - 0.1 * (f[2:] - f[:-2]) + nu * (u[2:] - 2.0 * u[1:-1] + u[:-2])
+        un[0] = u[0]
+        un[-1] = u[-1]
+        u, un = un, u
+    return np.sum(np.sin(u))
+
+
+def _args(n=64, steps=40):
+    rng = np.random.default_rng(3)
+    return (0.5 + 0.3 * rng.standard_normal(n), 0.2, steps)
+
+
+@pytest.mark.parametrize("budget", [None, "27KiB", "20KiB"])
+def test_checkpointed_gradient_equals_store_all(budget, backend):
+    args = _args()
+    ref = flowgrad.grad(nonlinear_steps, wrt=("u", "nu"), backend=backend)(*args)
+    g = flowgrad.grad(nonlinear_steps, wrt=("u", "nu"), backend=backend, memory_budget=budget)
+    out = g(*args)
+    np.testing.assert_allclose(out[0], ref[0], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(out[1], ref[1], rtol=1e-13)
+    if budget is not None:
+        plan = g.planned(args)[2]
+        assert plan.loops and plan.loops[0][1] != S.STORE_ALL, str(plan)
+
+
+def test_checkpointed_gradient_matches_finite_differences():
+    check_grad(nonlinear_steps, _args(16, 9), ("u", "nu"))
+
+
+def test_recompute_all_strategy_uses_a_binomial_schedule():
+    args = _args(32, 20)
+    g = flowgrad.grad(nonlinear_steps, wrt="u", backend="numpy", strategy="recompute_all")
+    np.testing.assert_allclose(g(*args), flowgrad.grad(nonlinear_steps, wrt="u", backend="numpy")(*args),
+                               rtol=1e-13, atol=1e-15)
+    assert g.planned(args)[2].loops[0][1] == S.BINOMIAL
+
+
+def test_budget_below_minimum_raises_with_the_minimum():
+    g = flowgrad.grad(nonlinear_steps, wrt="u", backend="numpy", memory_budget=1000)
+    with pytest.raises(flowgrad.FlowgradError, match=r"below the minimum this gradient needs: .* bytes"):
+        g(*_args())
+
+
+def test_explain_reports_plan(capsys):
+    plan = flowgrad.explain(nonlinear_steps, *_args(), wrt="u", memory_budget="100KiB", backend="numpy")
+    out = capsys.readouterr().out
+    assert "predicted peak" in out and "loop over t" in out and "budget" in out
+    assert plan.peak <= 100 * 1024
+
+
+def test_measured_memory_stays_within_budget_and_falls():
+    args = _args(4096, 200)
+    store = flowgrad.explain(nonlinear_steps, *args, wrt="u", backend="numpy")
+    budgets = [None, store.store_all_peak // 2, store.store_all_peak // 5, int(store.min_peak * 1.05)]
+    peaks = []
+    for budget in budgets:
+        g = flowgrad.grad(nonlinear_steps, wrt="u", backend="numpy", memory_budget=budget)
+        g(*args)
+        tracemalloc.start()
+        g(*args)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        if budget is not None:
+            assert peak <= budget, (budget, peak)
+        peaks.append(peak)
+    assert peaks == sorted(peaks, reverse=True), peaks
+
+
+def test_thousand_step_binomial_memory_is_logarithmic():
+    """1000 steps with c = 10 snapshots: memory ~ (c + 1) states + one step's tape, not 1000 steps."""
+    args = _args(2048, 1000)
+    state = 2048 * 8
+    g = flowgrad.grad(nonlinear_steps, wrt="u", backend="numpy", strategy="recompute_all")
+    g(*args)
+    plan = g.planned(args)[2]
+    _, kind, c, _, _ = plan.loops[0]
+    assert kind == S.BINOMIAL and c <= 12
+    tracemalloc.start()
+    g(*args)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    store_all_tape = 1000 * plan.loops[0][0].iter_bytes
+    assert peak < store_all_tape / 10
+    assert peak <= plan.peak, (peak, plan.peak)
+    assert plan.loops[0][0].state_bytes * (c + 1) <= 12 * 2 * state
