@@ -46,11 +46,12 @@ def _prod(xs):
 
 
 def im2col(x, kernel, stride, padding, dilation, groups, pad_value):
-    """Sliding windows of ``x`` (N, C, *spatial) as columns (N, groups, C/groups * prod(kernel), L).
+    """Sliding windows of ``x`` (N, C, *spatial) as columns (groups, C/groups * prod(kernel), N * L).
 
     ``padding`` is one (low, high) pair per spatial axis, filled with ``pad_value``; L is the
-    number of output positions, row-major. Row order within a group is (channel, *kernel), the
-    layout of a convolution weight reshaped to (out_channels, -1).
+    number of output positions. Rows are (channel, *kernel) within a group, the layout of a
+    convolution weight reshaped to (out_channels, -1); columns are (sample, *output position),
+    so one GEMM per group covers the whole batch.
     """
     x = np.asarray(x)
     n, c = x.shape[:2]
@@ -62,24 +63,23 @@ def im2col(x, kernel, stride, padding, dilation, groups, pad_value):
     win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)
               + tuple(slice(None, None, d) for d in dilation)]
     out = win.shape[2:2 + nd]
-    win = win.transpose((0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd)))
-    return win.reshape(n, groups, (c // groups) * _prod(kernel), _prod(out))
+    win = win.transpose((1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd)))
+    return win.reshape(groups, (c // groups) * _prod(kernel), n * _prod(out))
 
 
 def col2im(cols, shape, kernel, stride, padding, dilation, groups):
     """The adjoint of ``im2col``: every column entry added back to the input position it came from."""
     n, c, *size = shape
-    nd = len(kernel)
     padded = [s + lo + hi for s, (lo, hi) in zip(size, padding)]
     out_sz = [(p - d * (k - 1) - 1) // s + 1 for p, k, s, d in zip(padded, kernel, stride, dilation)]
-    acc = np.zeros((n, c, *padded), dtype=cols.dtype)
-    cols = np.asarray(cols).reshape(n, c, *kernel, *out_sz)
+    acc = np.zeros((c, n, *padded), dtype=cols.dtype)
+    cols = np.asarray(cols).reshape(c, *kernel, n, *out_sz)
     for k in np.ndindex(*kernel):
         where = tuple(slice(kj * d, kj * d + s * (o - 1) + 1, s)
                       for kj, d, s, o in zip(k, dilation, stride, out_sz))
-        acc[(slice(None), slice(None)) + where] += cols[(slice(None), slice(None)) + k]
+        acc[(slice(None), slice(None)) + where] += cols[(slice(None),) + k]
     crop = tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, padding))
-    return acc[(slice(None), slice(None)) + crop]
+    return acc[(slice(None), slice(None)) + crop].swapaxes(0, 1)
 
 
 def max_first_grad(g, x, axis):
@@ -128,6 +128,17 @@ def _vjp_erf(ctx, call, gouts):
     return ctx.accumulate(x, Read(Ref(g)) * (2.0 / math.sqrt(math.pi)) * op("exp", -(x * x)))
 
 
+def _swap_last(r):
+    n = len(r.shape)
+    return Read(Ref(r.ref.container, r.ref.items, tuple(range(n - 2)) + (n - 1, n - 2)))
+
+
+def _vjp_linear(ctx, call, gouts):
+    (x, w), (g,) = call.inputs, gouts
+    return ctx.via_temp(x, "matmul", [Read(Ref(g)), w]) + \
+        ctx.via_temp(w, "matmul", [_swap_last(Read(Ref(g))), x])
+
+
 def _no_vjp(ctx, call, gouts):
     return []
 
@@ -142,6 +153,10 @@ def _win_src(a):
 
 
 NN_CALLS = {
+    "linear": rules.CallRule(
+        lambda i, a: f"np.matmul({i[0]}, {i[1]}.T)", _vjp_linear,
+        flops=lambda c, size: 2 * size(c.outputs[0].shape) * size(c.inputs[1].shape[-1:]),
+        doc="x @ w.T (BLAS); the weight's adjoint is computed in the weight's own layout"),
     "im2col": rules.CallRule(
         lambda i, a: f"_rt.nn.im2col({i[0]}, {_win_src(a)}, {_float_src(a['pad_value'])})", _vjp_im2col,
         doc="sliding windows as columns (convolution and pooling)"),
@@ -184,8 +199,8 @@ def _window_loops(low, s, image_shape, ind):
     padded = [sz + lo + hi for sz, (lo, hi) in zip(size, a["padding"])]
     out = [(p - d * (k - 1) - 1) // st + 1 for p, k, st, d in zip(padded, kernel, stride, dil)]
     names = {}
-    for key, ext in [("n", n), ("g", groups), ("c", cg)] + [(f"k{j}", k) for j, k in enumerate(kernel)] + \
-            [(f"o{j}", o) for j, o in enumerate(out)]:
+    for key, ext in [("g", groups), ("c", cg)] + [(f"k{j}", k) for j, k in enumerate(kernel)] + \
+            [("n", n)] + [(f"o{j}", o) for j, o in enumerate(out)]:
         names[key] = low.fresh(key)
         low.line(f"for {names[key]} in range({ext}):", ind)
         ind += 1
@@ -198,11 +213,11 @@ def _window_loops(low, s, image_shape, ind):
     row = names["c"]
     for j, k in enumerate(kernel):
         row = f"({row}) * {k} + {names[f'k{j}']}"
-    col = names["o0"]
-    for j in range(1, len(out)):
+    col = names["n"]
+    for j in range(len(out)):
         col = f"({col}) * {out[j]} + {names[f'o{j}']}"
     image_idx = [names["n"], f"({names['g']} * {cg} + {names['c']})"] + pos
-    col_idx = [names["n"], names["g"], f"({row})", f"({col})"]
+    col_idx = [names["g"], f"({row})", f"({col})"]
     inside = " and ".join(f"0 <= {p} < {sz}" for p, sz in zip(pos, size))
     return image_idx, col_idx, inside, ind
 
@@ -267,6 +282,12 @@ def _lower_max_first_grad(low, s, ind):
     low.line(f"{c.name}[{', '.join(idx)}] = {gval} if {k} == {arg} else 0.0", inner + 1)
 
 
+def _lower_linear(low, s, ind):
+    x, w = s.inputs
+    xs, ws = native_backend._operand_array(low, x, ind), native_backend._operand_array(low, w, ind)
+    low.line(f"{s.outputs[0].name} = np.dot({xs}, {ws}.T)", ind)
+
+
 def _lower_max_const(low, s, ind):
     native_backend.CALL_LOWERING["max"](low, Call("max", s.inputs, s.outputs, s.attrs, s.loc), ind)
 
@@ -296,6 +317,7 @@ def _scalar_erf(v):
 
 
 NN_LOWERING = {
+    "linear": _lower_linear,
     "im2col": _lower_im2col, "col2im": _lower_col2im, "max_first": _lower_max_first,
     "max_first_grad": _lower_max_first_grad, "max_const": _lower_max_const,
     "erf": _lower_erf, "stop_gradient": _lower_elementwise("{}"),
@@ -556,41 +578,50 @@ class NNBuilder:
 
     def linear(self, x, w, b=None):
         """x @ w.T + b for x of shape (..., in) and w of shape (out, in)."""
-        x = self.read(x)
-        xs = self.shape(x)
-        wt = self.permute(w, (1, 0))
-        x2 = self.reshape(x, (_prod(xs[:-1]), xs[-1])) if len(xs) > 2 else x
-        y = self.matmul(x2, wt)
-        if len(xs) > 2:
-            y = self.reshape(y, xs[:-1] + (self.shape(wt)[1],))
+        x, w = self.read(x), self.read(w)
+        xs, (o, _) = self.shape(x), self.shape(w)
+        if len(xs) == 1:
+            y = self.matmul(x, self.permute(w, (1, 0)))
+        else:
+            x2 = self.reshape(x, (_prod(xs[:-1]), xs[-1])) if len(xs) > 2 else x
+            y = self.call("linear", [x2, w], (self.shape(x2)[0], o), np.result_type(x.dtype, w.dtype))
+            if len(xs) > 2:
+                y = self.reshape(y, xs[:-1] + (o,))
         return y if b is None else y + self.to_expr(b)
 
     def windows(self, x, kernel, stride, padding, dilation, groups, pad_value=0.0):
-        """im2col: (N, C, *S) -> (N, groups, C/groups * prod(kernel), L), with the output spatial shape."""
+        """im2col: (N, C, *S) -> (groups, C/groups * prod(kernel), N * L), and the output spatial shape."""
         x = self.read(x)
         n, c, *size = self.shape(x)
         out = [(s + lo + hi - d * (k - 1) - 1) // st + 1
                for s, k, st, (lo, hi), d in zip(size, kernel, stride, padding, dilation)]
         attrs = {"kernel": tuple(kernel), "stride": tuple(stride), "padding": tuple(map(tuple, padding)),
                  "dilation": tuple(dilation), "groups": int(groups), "pad_value": float(pad_value)}
-        shape = (n, groups, (c // groups) * _prod(kernel), _prod(out))
+        shape = (groups, (c // groups) * _prod(kernel), n * _prod(out))
         return self.call("im2col", [x], shape, x.dtype, attrs, hint="cols"), out
 
+    def _batch_first(self, y, lead, n, out):
+        """(lead..., N * L) -> (N, prod(lead), *out): samples first, as PyTorch lays images out."""
+        k = len(lead)
+        y = self.reshape(y, tuple(lead) + (n,) + tuple(out))
+        y = self.permute(y, (k,) + tuple(range(k)) + tuple(range(k + 1, k + 1 + len(out))))
+        return y if k == 1 else self.reshape(y, (n, _prod(lead)) + tuple(out))
+
     def conv(self, x, w, b, stride, padding, dilation, groups):
-        """N-d convolution (cross-correlation): im2col, then one batched GEMM per group (BLAS)."""
-        x = self.read(x)
+        """N-d convolution (cross-correlation): im2col, then one GEMM per group over the whole batch."""
+        x, w = self.read(x), self.read(w)
         n, c, *size = self.shape(x)
-        o, cg, *kernel = self.shape(self.to_expr(w))
+        o, cg, *kernel = self.shape(w)
         nd = len(kernel)
         if cg * groups != c:
             raise FlowgradError(f"{self.loc}: convolution weight expects {cg * groups} input channels, got {c}")
-        if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and \
-                not any(lo or hi for lo, hi in padding):
-            cols, out = self.reshape(x, (n, groups, cg, _prod(size))), size
+        cols, out = self.windows(x, kernel, stride, padding, dilation, groups)
+        if groups == 1:
+            y = self.matmul(self.reshape(w, (o, cg * _prod(kernel))), self.view(cols, (0,)))
+            y = self._batch_first(y, (o,), n, out)
         else:
-            cols, out = self.windows(x, kernel, stride, padding, dilation, groups)
-        w2 = self.reshape(w, (groups, o // groups, cg * _prod(kernel)))
-        y = self.reshape(self.matmul(w2, cols), (n, o) + tuple(out))
+            y = self.matmul(self.reshape(w, (groups, o // groups, cg * _prod(kernel))), cols)
+            y = self._batch_first(y, (groups, o // groups), n, out)
         if b is not None:
             y = y + self.view(b, (slice(None),) + (None,) * nd)
         return y
@@ -605,8 +636,8 @@ class NNBuilder:
         pads = [(lo, _geometry(s, k, st, lo, hi, d, ceil_mode)[1])
                 for s, k, st, (lo, hi), d in zip(size, kernel, stride, padding, dilation)]
         win, out = self.windows(x, kernel, stride, pads, dilation, c, -math.inf)
-        m = self.call("max_first", [win], (n, c, _prod(out)), x.dtype, {"axis": 2}, hint="pool")
-        return self.reshape(m, (n, c) + tuple(out))
+        m = self.call("max_first", [win], (c, n * _prod(out)), x.dtype, {"axis": 1}, hint="pool")
+        return self._batch_first(m, (c,), n, out)
 
     def avg_pool(self, x, kernel, stride, padding, ceil_mode=False, count_include_pad=True, divisor=None):
         x = self.read(x)
@@ -616,7 +647,7 @@ class NNBuilder:
         pads = [(lo, _geometry(s, k, st, lo, hi, 1, ceil_mode)[1])
                 for s, k, st, (lo, hi) in zip(size, kernel, stride, padding)]
         win, out = self.windows(x, kernel, stride, pads, (1,) * nd, c, 0.0)
-        total = self.reshape(self.reduce("sum", win, (2,)), (n, c) + tuple(out))
+        total = self._batch_first(self.reduce("sum", win, (1,)), (c,), n, out)
         if divisor is None:
             counts = np.ones(out, dtype=np.float64)
             for j in range(nd):
