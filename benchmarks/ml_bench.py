@@ -8,10 +8,12 @@ Usage (from the repository root)::
 Each model is wrapped with its loss, so one program returns the scalar loss. PyTorch's step is
 ``zero_grad(); loss = model(x, y); loss.backward()``; flowgrad's is
 ``out, pullback = flowgrad.vjp(prog, x, y); pullback(1.0)`` on the program from
-``flowgrad.from_torch``: the gradients of the loss w.r.t. every parameter (and the float
-inputs). Both run in this process on the same thread count; each timing is the median of
-repeated steps after warm-up steps (which include flowgrad's compile). The ratio is
-flowgrad time / PyTorch time: below 1 flowgrad is faster.
+``flowgrad.from_torch``: the gradients of the loss w.r.t. every parameter and the input ``x``
+(PyTorch is asked for ``x.grad`` too, so both do the same work). Both run in this process on the same thread count, interleaved step by step; each
+timing is the median of repeated steps after warm-up steps (which include flowgrad's
+compile). The ratio is flowgrad time / PyTorch time: below 1 flowgrad is faster. With
+``--threads 1`` (BLAS pinned to one thread too) the ratio uses the calling thread's CPU time,
+which a busy machine disturbs far less than wall time; otherwise wall time.
 
 The model zoo (``make_models``) is also what ``tests/test_ml_torch.py`` and
 ``tests/test_ml_onnx.py`` check against ``torch.autograd``, at ``size="test"``.
@@ -150,42 +152,47 @@ def make_models(size="test", seed=0):
     return [(name, m.eval(), xs) for name, m, xs in models]
 
 
-def _median_time(step, budget, min_reps=5):
-    times, start = [], time.perf_counter()
-    while len(times) < min_reps or time.perf_counter() - start < budget:
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 1000:
-            break
-    return statistics.median(times)
-
-
 def bench_model(name, module, inputs, backends, budget):
+    """Median step times of PyTorch and each flowgrad backend, measured interleaved (one step of
+    each in turn), so that load on the machine affects them alike."""
     import flowgrad
     x, target = inputs
-    params = list(module.parameters())
+    x = x.detach().clone().requires_grad_(True)    # flowgrad's vjp returns the input's gradient too
+    params = list(module.parameters()) + [x]
 
     def torch_step():
         for p in params:
             p.grad = None
         module(x, target).backward()
-    for _ in range(3):
-        torch_step()
-    row = {"model": name, "torch": _median_time(torch_step, budget)}
-    xn, tn = x.numpy(), target.numpy()
+    steps = {"torch": torch_step}
+    row = {"model": name}
+    xn, tn = x.detach().numpy(), target.numpy()
     for backend in backends:
         t0 = time.perf_counter()
         prog = flowgrad.from_torch(module, xn, tn, backend=backend)
 
-        def flowgrad_step():
+        def flowgrad_step(prog=prog):
             _, pullback = flowgrad.vjp(prog, xn, tn)
             pullback(1.0)
         flowgrad_step()
         row[f"{backend}_first"] = time.perf_counter() - t0
-        for _ in range(2):
-            flowgrad_step()
-        row[backend] = _median_time(flowgrad_step, budget)
+        steps[backend] = flowgrad_step
+    for step in steps.values():
+        for _ in range(3):
+            step()
+    wall = {k: [] for k in steps}
+    cpu = {k: [] for k in steps}
+    start = time.perf_counter()
+    while len(wall["torch"]) < 7 or time.perf_counter() - start < budget * len(steps):
+        for k, step in steps.items():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            step()
+            cpu[k].append(time.thread_time() - c0)
+            wall[k].append(time.perf_counter() - t0)
+        if len(wall["torch"]) >= 2000:
+            break
+    row.update({k: statistics.median(v) for k, v in wall.items()})
+    row.update({k + "_cpu": statistics.median(v) for k, v in cpu.items()})
     return row
 
 
@@ -203,20 +210,29 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     backends = [b for b in args.backends.split(",") if b]
     wanted = set(filter(None, args.models.split(",")))
+    if args.threads == 1:
+        try:                # NumPy's BLAS on one thread too (else set OPENBLAS_NUM_THREADS=1)
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(1)
+        except ImportError:
+            pass
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; numpy {np.__version__}; "
-          f"size={args.size}; times are medians of one training step (forward + backward)")
+          f"size={args.size}; medians of one training step (forward + backward), "
+          f"{'thread CPU time' if args.threads == 1 else 'wall time'}")
     head = f"{'model':14s} {'torch eager':>12s}" + "".join(f" {b:>12s} {'ratio':>7s} {'1st call':>9s}"
                                                              for b in backends)
     print(head)
     rows = []
+    clock = "_cpu" if args.threads == 1 else ""
     for name, module, inputs in make_models(args.size):
         if wanted and name not in wanted:
             continue
         row = bench_model(name, module, inputs, backends, args.budget)
         rows.append(row)
-        line = f"{name:14s} {row['torch'] * 1e3:10.3f}ms"
+        line = f"{name:14s} {row['torch' + clock] * 1e3:10.3f}ms"
         for b in backends:
-            line += f" {row[b] * 1e3:10.3f}ms {row[b] / row['torch']:6.2f}x {row[b + '_first']:8.1f}s"
+            line += (f" {row[b + clock] * 1e3:10.3f}ms {row[b + clock] / row['torch' + clock]:6.2f}x "
+                     f"{row[b + '_first']:8.1f}s")
         print(line, flush=True)
     return rows
 

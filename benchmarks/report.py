@@ -122,13 +122,22 @@ def fmt_mib(nbytes):
     return f"{mib:.0f}" if mib >= 100 else f"{mib:.1f}" if mib >= 1 else f"{mib:.2f}"
 
 
+SINGLE = "†"    # marks a time that is one call (its warm-up): too slow to repeat within the budget
+
+
+def _time_cell(timing):
+    if not timing:
+        return "–"
+    return fmt_ms(timing["median_s"]) + (SINGLE if timing.get("from_warmup") else "")
+
+
 def _cells(entry, backend):
     """The table cells of one kernel for one backend (used on screen and in markdown)."""
     n = kernel_numbers(entry, backend)
     fg = entry["flowgrad"].get(backend, {})
     jax, torch = entry.get("jax"), entry.get("torch")
-    fwd = "error" if "fwd_error" in fg else fmt_ms(n["fwd"])
-    grad = "error" if "grad_error" in fg else fmt_ms(n["grad"])
+    fwd = "error" if "fwd_error" in fg else _time_cell(fg.get("fwd"))
+    grad = "error" if "grad_error" in fg else _time_cell(fg.get("grad"))
     if jax is None:
         jax_cells = ["–", "–", "–"]
     elif "note" in jax:
@@ -136,14 +145,14 @@ def _cells(entry, backend):
     elif "error" in jax:
         jax_cells = ["error", "–", "–"]
     else:
-        jax_cells = [fmt_ms(n["jax_grad"]), fmt_s(n["jax_compile"]), fmt_ratio(n["jax_over_grad"])]
+        jax_cells = [_time_cell(jax.get("grad")), fmt_s(n["jax_compile"]), fmt_ratio(n["jax_over_grad"])]
     if torch is None:
         torch_cells = ["–", "–"]
     elif "error" in torch:
         torch_cells = ["error", "–"]
     else:
-        torch_cells = [fmt_ms(n["torch_grad"]), fmt_ratio(n["torch_over_grad"])]
-    return ([fmt_ms(n["numpy_fwd"]), fwd, grad, fmt_ratio(n["grad_over_fwd"]), fmt_ratio(n["grad_over_numpy"]),
+        torch_cells = [_time_cell(torch.get("grad")), fmt_ratio(n["torch_over_grad"])]
+    return ([_time_cell(entry["numpy"].get("fwd")), fwd, grad, fmt_ratio(n["grad_over_fwd"]), fmt_ratio(n["grad_over_numpy"]),
              fmt_ratio(n["numpy_over_fwd"])] + jax_cells + torch_cells +
             [fmt_s(n["first_call"]), fmt_mib(n["grad_peak"]), fmt_mib(n["numpy_peak"])])
 
@@ -316,6 +325,8 @@ def markdown(results):
         lines.append(_md_row(["**geometric mean**"] + [f"**{c}**" if c not in ("", "–") else c
                                                        for c in _geomean_cells(results, b)]))
         lines += [""]
+        if any(SINGLE in c for e in kernels.values() for c in _cells(e, b)):
+            lines += [f"{SINGLE} one call only: its warm-up alone took over 3 × its share of the budget.", ""]
         lines += _slowest(results, b)
 
     notes = [(name, e["jax"]["note"]) for name, e in kernels.items() if e.get("jax") and "note" in e["jax"]]

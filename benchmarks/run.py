@@ -133,7 +133,9 @@ class Timer:
       share_s: seconds the timed repetitions of one measurement may take (roughly).
       repeat: a fixed number of timed repetitions instead of the adaptive count.
       min_repeat, max_repeat: bounds of the adaptive count, except that a call so slow that
-        ``min_repeat`` of them overrun ``share_s`` is timed only as often as fits (at least once).
+        ``min_repeat`` of them overrun ``share_s`` is timed only as often as fits (at least once),
+        and one whose warm-up took over 3 × ``share_s`` is not repeated: the warm-up is the sample
+        (marked ``from_warmup``).
     """
 
     def __init__(self, share_s, repeat=None, min_repeat=3, max_repeat=50):
@@ -152,6 +154,11 @@ class Timer:
         """``(timing dict, output of the last call)``; ``make_args()`` runs outside the timed region."""
         gc.collect()
         warmup_s, out = timed_call(call, make_args(), sync)
+        if self.repeat is None and warmup_s > 3 * self.share_s:
+            # Far over its share (a Python loop of tiny torch ops, say): one more call would double
+            # the kernel's time for little information, so the warm-up call is the sample.
+            return {"median_s": warmup_s, "min_s": warmup_s, "repeats": 0, "warmup_s": warmup_s,
+                    "times_s": [], "from_warmup": True}, out
         times = []
         for _ in range(self.count(warmup_s)):
             args = make_args()

@@ -17,6 +17,7 @@ from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
+from .passes.fuse import fuse_temporaries
 from .ir.core import I64, Const, Container, Program
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
@@ -55,7 +56,8 @@ class _Compiled:
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else capture(fn, args)
         self.cap = cap
         name = cap.name
-        self.prog = Program(name, cap.params, cap.body, [cap.result], cap.containers)
+        body = fuse_temporaries(cap.body, protected=[cap.result])
+        self.prog = Program(name, cap.params, body, [cap.result], cap.containers)
         self.ckpt_params = {}
         for var in sorted(loop_kinds or {}):
             c = Container(cap.namer("ckpt_" + var), I64, (), "arg")

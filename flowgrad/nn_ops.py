@@ -4,20 +4,23 @@ Two parts:
 
 * **Call ops** that the NumPy frontend never needed, each registered in the rule table
   (``flowgrad.autodiff.rules.CALLS``: NumPy forward template and adjoint) and in the native
-  backend (``flowgrad.backends.native.CALL_LOWERING``: a loop nest):
+  backend (``flowgrad.backends.native.CALL_LOWERING``: loop nests around BLAS calls):
 
-  ``im2col``/``col2im`` (sliding windows of a convolution or pooling, each the other's adjoint),
-  ``max_first``/``max_first_grad`` (a maximum whose adjoint goes to the first maximal element,
-  as PyTorch's max pooling does), ``max_const`` (a maximum treated as a constant: the shift in
-  a stable softmax), ``erf`` and ``stop_gradient``.
+  ``linear`` (x @ w.T with the weight's adjoint in its own layout), ``conv`` with its adjoints
+  ``conv_grad_input``/``conv_grad_weight`` (im2col + one GEMM per group; the input adjoint is
+  a GEMM per kernel offset, so no column-sized adjoint buffer exists), ``pool``/``pool_grad``
+  (max or sum over windows; the max adjoint goes to the first maximal element, as in
+  PyTorch), ``max_first``/``max_first_grad``, ``max_const`` (a maximum treated as a constant:
+  the shift of a stable softmax), ``activation`` (tanh/sigmoid/exp whose adjoint reads the
+  saved output), ``erf`` and ``stop_gradient``.
 
-* ``NNBuilder``: emits the IR of layers (linear, convolution via im2col + GEMM so it stays
-  BLAS-backed, pooling, normalisation, softmax, attention, embedding, losses) from whichever
-  frontend parsed the model, and ``ModelProgram``, the program object a frontend returns.
+* ``NNBuilder``: emits the IR of layers (linear, convolution, pooling, normalisation, softmax,
+  attention, embedding, losses) for whichever frontend parsed the model, and
+  ``ModelProgram``, the program object a frontend returns.
 
 The NumPy helpers the generated source calls are reachable there as ``_rt.nn.<name>`` (this
-module registers itself on ``flowgrad.backends.runtime``); the native backend inlines loop
-nests, except ``erf`` which calls ``_rt.nn_erf`` (``math.erf`` compiled by Numba).
+module registers itself on ``flowgrad.backends.runtime``); the native backend emits loop
+nests and ``np.dot``, and calls ``_rt.nn_erf`` (``math.erf`` compiled by Numba) for ``erf``.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from .frontends import Captured, indexing, numpy_api
 from .frontends.python import Namer
 from .ir.core import (Assign, Call, Const, Container, Expr, NewAxis, Read, Ref, const_value, op)
 
-# ================================================================ NumPy forward helpers
+# ================================================================ NumPy helpers (``_rt.nn.<name>``)
 
 
 def _prod(xs):
@@ -45,41 +48,124 @@ def _prod(xs):
     return out
 
 
-def im2col(x, kernel, stride, padding, dilation, groups, pad_value):
-    """Sliding windows of ``x`` (N, C, *spatial) as columns (groups, C/groups * prod(kernel), N * L).
-
-    ``padding`` is one (low, high) pair per spatial axis, filled with ``pad_value``; L is the
-    number of output positions. Rows are (channel, *kernel) within a group, the layout of a
-    convolution weight reshaped to (out_channels, -1); columns are (sample, *output position),
-    so one GEMM per group covers the whole batch.
-    """
+def _window_view(x, kernel, stride, padding, dilation, pad_value):
+    """Every window of ``x`` (N, C, *S) as a view (N, C, *out, *kernel); only padding copies."""
     x = np.asarray(x)
-    n, c = x.shape[:2]
-    nd = len(kernel)
     if any(lo or hi for lo, hi in padding):
-        x = np.pad(x, ((0, 0), (0, 0)) + tuple(padding), constant_values=pad_value)
+        x = np.pad(x, ((0, 0), (0, 0)) + tuple(map(tuple, padding)), constant_values=pad_value)
+    nd = len(kernel)
     span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
     win = np.lib.stride_tricks.sliding_window_view(x, span, axis=tuple(range(2, 2 + nd)))
-    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)
-              + tuple(slice(None, None, d) for d in dilation)]
+    return win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)
+               + tuple(slice(None, None, d) for d in dilation)]
+
+
+def _columns(x, kernel, stride, padding, dilation, groups):
+    """im2col: (groups, C/groups * prod(kernel), N * L), rows (channel, *kernel), columns (sample, position)."""
+    win = _window_view(x, kernel, stride, padding, dilation, 0.0)
+    n, c = win.shape[:2]
+    nd = len(kernel)
     out = win.shape[2:2 + nd]
-    win = win.transpose((1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd)))
-    return win.reshape(groups, (c // groups) * _prod(kernel), n * _prod(out))
+    cols = win.transpose((1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd)))
+    return cols.reshape(groups, (c // groups) * _prod(kernel), n * _prod(out))
 
 
-def col2im(cols, shape, kernel, stride, padding, dilation, groups):
-    """The adjoint of ``im2col``: every column entry added back to the input position it came from."""
-    n, c, *size = shape
+def _group_rows(g, groups):
+    """(N, O, *out) -> (groups, O/groups, N * L), the GEMM layout of a convolution's output."""
+    g = np.asarray(g)
+    return g.swapaxes(0, 1).reshape(groups, g.shape[1] // groups, -1)
+
+
+def _offset(k, dilation, stride, out):
+    """The input positions that kernel offset ``k`` reads, as slices of the padded input."""
+    return tuple(slice(kj * d, kj * d + s * (o - 1) + 1, s) for kj, d, s, o in zip(k, dilation, stride, out))
+
+
+def _crop(acc, size, padding):
+    return acc[(slice(None), slice(None)) + tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, padding))]
+
+
+def conv(x, w, stride, padding, dilation, groups):
+    """Convolution (cross-correlation) of x (N, C, *S) with w (O, C/groups, *k): im2col, one GEMM per group."""
+    w = np.asarray(w)
+    n, o = np.shape(x)[0], w.shape[0]
+    y = np.matmul(w.reshape(groups, o // groups, -1), _columns(x, w.shape[2:], stride, padding, dilation, groups))
+    out = _out_shape(np.shape(x)[2:], w.shape[2:], stride, padding, dilation)
+    return y.reshape((o, n) + out).swapaxes(0, 1)
+
+
+def _out_shape(size, kernel, stride, padding, dilation):
+    return tuple((s + lo + hi - d * (k - 1) - 1) // st + 1
+                 for s, k, st, (lo, hi), d in zip(size, kernel, stride, padding, dilation))
+
+
+def conv_grad_weight(g, x, wshape, stride, padding, dilation, groups):
+    """The adjoint of ``conv`` w.r.t. the weight: (dY as rows) @ im2col(x)^T."""
+    cols = _columns(x, wshape[2:], stride, padding, dilation, groups)
+    return np.matmul(_group_rows(g, groups), cols.transpose(0, 2, 1)).reshape(wshape)
+
+
+def conv_grad_input(g, w, xshape, stride, padding, dilation, groups):
+    """The adjoint of ``conv`` w.r.t. the input: per kernel offset, one GEMM added into the input
+    positions that offset read (col2im without materialising the column matrix)."""
+    w = np.asarray(w)
+    n, c, *size = xshape
+    o, cg, *kernel = w.shape
+    out = np.shape(g)[2:]
+    rows = _group_rows(g, groups)
+    w2 = w.reshape(groups, o // groups, cg, *kernel)
     padded = [s + lo + hi for s, (lo, hi) in zip(size, padding)]
-    out_sz = [(p - d * (k - 1) - 1) // s + 1 for p, k, s, d in zip(padded, kernel, stride, dilation)]
-    acc = np.zeros((c, n, *padded), dtype=cols.dtype)
-    cols = np.asarray(cols).reshape(c, *kernel, n, *out_sz)
+    acc = np.zeros((c, n, *padded), dtype=np.result_type(rows, w))
     for k in np.ndindex(*kernel):
-        where = tuple(slice(kj * d, kj * d + s * (o - 1) + 1, s)
-                      for kj, d, s, o in zip(k, dilation, stride, out_sz))
-        acc[(slice(None), slice(None)) + where] += cols[(slice(None),) + k]
-    crop = tuple(slice(lo, lo + s) for s, (lo, _) in zip(size, padding))
-    return acc[(slice(None), slice(None)) + crop].swapaxes(0, 1)
+        part = np.matmul(w2[(slice(None),) * 3 + k].transpose(0, 2, 1), rows)
+        acc[(slice(None), slice(None)) + _offset(k, dilation, stride, out)] += part.reshape(c, n, *out)
+    return _crop(acc, size, padding).swapaxes(0, 1)
+
+
+def _pad(x, padding, value):
+    if any(lo or hi for lo, hi in padding):
+        return np.pad(x, ((0, 0), (0, 0)) + tuple(map(tuple, padding)), constant_values=value)
+    return x
+
+
+def pool(x, mode, kernel, stride, padding, dilation):
+    """The maximum (padding -inf) or the sum (padding 0) of every window: (N, C, *out), one
+    vectorised pass per kernel offset."""
+    x = np.asarray(x)
+    xp = _pad(x, padding, -np.inf if mode == "max" else 0.0)
+    out = _out_shape(x.shape[2:], kernel, stride, padding, dilation)
+    acc = None
+    for k in np.ndindex(*kernel):
+        part = xp[(slice(None), slice(None)) + _offset(k, dilation, stride, out)]
+        if acc is None:
+            acc = part.copy()
+        elif mode == "max":
+            np.maximum(acc, part, out=acc)
+        else:
+            acc += part
+    return acc
+
+
+def pool_grad(g, x, y, mode, kernel, stride, padding, dilation):
+    """The adjoint of ``pool`` (output ``y``): each output's adjoint goes to its whole window (sum)
+    or to the window's first maximal element (max, as in PyTorch)."""
+    x, g = np.asarray(x), np.asarray(g)
+    n, c, *size = x.shape
+    out = g.shape[2:]
+    padded = [s + lo + hi for s, (lo, hi) in zip(size, padding)]
+    acc = np.zeros((n, c, *padded), dtype=g.dtype)
+    if mode == "max":
+        xp = _pad(x, padding, -np.inf)
+        open_ = np.ones(g.shape, dtype=bool)         # windows whose maximum is not yet assigned
+    for k in np.ndindex(*kernel):
+        where = (slice(None), slice(None)) + _offset(k, dilation, stride, out)
+        if mode == "sum":
+            acc[where] += g
+        else:
+            hit = (xp[where] == y) & open_
+            acc[where] += np.where(hit, g, 0)
+            open_ &= ~hit
+    return _crop(acc, size, padding)
 
 
 def max_first_grad(g, x, axis):
@@ -91,31 +177,41 @@ def max_first_grad(g, x, axis):
     return out
 
 
+def sigmoid(x):
+    """The logistic function, as 0.5 tanh(x/2) + 0.5 (no overflow)."""
+    return 0.5 * np.tanh(0.5 * x) + 0.5
+
+
 def erf(x):
     """The error function, elementwise (SciPy)."""
     from scipy.special import erf as _erf
     return _erf(x)
 
 
-numpy_runtime.nn = __import__(__name__, fromlist=["im2col"])
+numpy_runtime.nn = __import__(__name__, fromlist=["conv"])
 
 
 # ================================================================ adjoints
 
 
-def _window_attrs(attrs):
-    return {k: attrs[k] for k in ("kernel", "stride", "padding", "dilation", "groups")}
+def _shape_of(e):
+    return tuple(int(const_value(d)) for d in e.shape)
 
 
-def _vjp_im2col(ctx, call, gouts):
+def _conv_attrs(attrs):
+    return {k: attrs[k] for k in ("stride", "padding", "dilation", "groups")}
+
+
+def _vjp_conv(ctx, call, gouts):
+    (x, w), (g,) = call.inputs, gouts
+    attrs = _conv_attrs(call.attrs)
+    return ctx.via_temp(x, "conv_grad_input", [Read(Ref(g)), w], attrs=dict(attrs, xshape=_shape_of(x))) + \
+        ctx.via_temp(w, "conv_grad_weight", [Read(Ref(g)), x], attrs=dict(attrs, wshape=_shape_of(w)))
+
+
+def _vjp_pool(ctx, call, gouts):
     (x,), (g,) = call.inputs, gouts
-    attrs = dict(_window_attrs(call.attrs), shape=tuple(int(const_value(d)) for d in x.shape))
-    return ctx.via_temp(x, "col2im", [Read(Ref(g))], attrs=attrs)
-
-
-def _vjp_col2im(ctx, call, gouts):
-    (cols,), (g,) = call.inputs, gouts
-    return ctx.via_temp(cols, "im2col", [Read(Ref(g))], attrs=dict(_window_attrs(call.attrs), pad_value=0.0))
+    return ctx.via_temp(x, "pool_grad", [Read(Ref(g)), x, Read(Ref(call.outputs[0]))], attrs=dict(call.attrs))
 
 
 def _vjp_max_first(ctx, call, gouts):
@@ -126,6 +222,18 @@ def _vjp_max_first(ctx, call, gouts):
 def _vjp_erf(ctx, call, gouts):
     (x,), (g,) = call.inputs, gouts
     return ctx.accumulate(x, Read(Ref(g)) * (2.0 / math.sqrt(math.pi)) * op("exp", -(x * x)))
+
+
+# The adjoint of an activation, from its saved output y: nothing is recomputed.
+_ACTIVATION_PARTIAL = {"tanh": lambda y: 1.0 - y * y, "sigmoid": lambda y: y * (1.0 - y), "exp": lambda y: y}
+_ACTIVATION_NUMPY = {"tanh": "np.tanh({})", "sigmoid": "_rt.nn.sigmoid({})", "exp": "np.exp({})"}
+_ACTIVATION_NATIVE = {"tanh": "np.tanh({})", "sigmoid": "(0.5 * np.tanh(0.5 * {}) + 0.5)", "exp": "np.exp({})"}
+
+
+def _vjp_activation(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    y = Read(Ref(call.outputs[0]) if call.outputs[0].ndim else Ref(call.outputs[0], ()))
+    return ctx.accumulate(x, Read(Ref(g) if g.ndim else Ref(g, ())) * _ACTIVATION_PARTIAL[call.attrs["fn"]](y))
 
 
 def _swap_last(r):
@@ -147,9 +255,8 @@ def _float_src(v):
     return repr(float(v)) if math.isfinite(v) else ("np.inf" if v > 0 else "-np.inf")
 
 
-def _win_src(a):
-    return (f"{tuple(a['kernel'])!r}, {tuple(a['stride'])!r}, {tuple(map(tuple, a['padding']))!r}, "
-            f"{tuple(a['dilation'])!r}, {a['groups']}")
+def _geom_src(a):
+    return (f"{tuple(a['stride'])!r}, {tuple(map(tuple, a['padding']))!r}, {tuple(a['dilation'])!r}")
 
 
 NN_CALLS = {
@@ -157,28 +264,41 @@ NN_CALLS = {
         lambda i, a: f"np.matmul({i[0]}, {i[1]}.T)", _vjp_linear,
         flops=lambda c, size: 2 * size(c.outputs[0].shape) * size(c.inputs[1].shape[-1:]),
         doc="x @ w.T (BLAS); the weight's adjoint is computed in the weight's own layout"),
-    "im2col": rules.CallRule(
-        lambda i, a: f"_rt.nn.im2col({i[0]}, {_win_src(a)}, {_float_src(a['pad_value'])})", _vjp_im2col,
-        doc="sliding windows as columns (convolution and pooling)"),
-    "col2im": rules.CallRule(
-        lambda i, a: f"_rt.nn.col2im({i[0]}, {tuple(a['shape'])!r}, {_win_src(a)})", _vjp_col2im,
-        doc="adjoint of im2col: columns added back into an image"),
+    "conv": rules.CallRule(
+        lambda i, a: f"_rt.nn.conv({i[0]}, {i[1]}, {_geom_src(a)}, {a['groups']})", _vjp_conv,
+        flops=lambda c, size: 2 * size(c.outputs[0].shape) * size(c.inputs[1].shape[1:]),
+        doc="N-d convolution: im2col + one GEMM per group (BLAS)"),
+    "conv_grad_input": rules.CallRule(
+        lambda i, a: f"_rt.nn.conv_grad_input({i[0]}, {i[1]}, {tuple(a['xshape'])!r}, {_geom_src(a)}, "
+                     f"{a['groups']})", doc="adjoint of conv w.r.t. its input (a GEMM per kernel offset)"),
+    "conv_grad_weight": rules.CallRule(
+        lambda i, a: f"_rt.nn.conv_grad_weight({i[0]}, {i[1]}, {tuple(a['wshape'])!r}, {_geom_src(a)}, "
+                     f"{a['groups']})", doc="adjoint of conv w.r.t. its weight (im2col + GEMM)"),
+    "pool": rules.CallRule(
+        lambda i, a: f"_rt.nn.pool({i[0]}, {a['mode']!r}, {tuple(a['kernel'])!r}, {_geom_src(a)})", _vjp_pool,
+        doc="max or sum over sliding windows (max / average pooling)"),
+    "pool_grad": rules.CallRule(
+        lambda i, a: f"_rt.nn.pool_grad({i[0]}, {i[1]}, {i[2]}, {a['mode']!r}, {tuple(a['kernel'])!r}, "
+                     f"{_geom_src(a)})",
+        doc="adjoint of pool (max: to the first maximal element of each window)"),
     "max_first": rules.CallRule(
         lambda i, a: f"np.max({i[0]}, axis={a['axis']})", _vjp_max_first,
-        doc="maximum over one axis; the adjoint goes to the first maximal element (max pooling)"),
+        doc="maximum over one axis; the adjoint goes to the first maximal element (torch.max(x, dim))"),
     "max_first_grad": rules.CallRule(
-        lambda i, a: f"_rt.nn.max_first_grad({i[0]}, {i[1]}, {a['axis']})",
-        doc="adjoint of max_first"),
+        lambda i, a: f"_rt.nn.max_first_grad({i[0]}, {i[1]}, {a['axis']})", doc="adjoint of max_first"),
     "max_const": rules.CallRule(
         lambda i, a: f"np.max({i[0]}, axis={a['axis']!r}, keepdims={a['keepdims']!r})", _no_vjp,
         doc="maximum treated as a constant (the shift of a stable softmax, exact there)"),
+    "activation": rules.CallRule(
+        lambda i, a: _ACTIVATION_NUMPY[a["fn"]].format(i[0]), _vjp_activation,
+        doc="tanh / sigmoid / exp whose adjoint reads the saved output (nothing recomputed)"),
     "erf": rules.CallRule(lambda i, a: f"_rt.nn.erf({i[0]})", _vjp_erf, doc="error function (GELU)"),
     "stop_gradient": rules.CallRule(lambda i, a: f"np.array({i[0]})", _no_vjp,
                                     doc="copy whose derivative is zero (detach)"),
 }
 
 
-# ================================================================ native lowerings (loop nests)
+# ================================================================ native lowerings (loop nests + BLAS)
 
 
 def _alloc(low, c, ind):
@@ -190,59 +310,177 @@ def _ints(shape):
     return [int(const_value(d)) for d in shape]
 
 
-def _window_loops(low, s, image_shape, ind):
-    """Open the loops of a window op; returns (image index, column index, in-bounds test, indent)."""
-    a = s.attrs
-    kernel, stride, dil, groups = a["kernel"], a["stride"], a["dilation"], a["groups"]
-    n, c, *size = image_shape
-    cg = c // groups
-    padded = [sz + lo + hi for sz, (lo, hi) in zip(size, a["padding"])]
-    out = [(p - d * (k - 1) - 1) // st + 1 for p, k, st, d in zip(padded, kernel, stride, dil)]
-    names = {}
-    for key, ext in [("g", groups), ("c", cg)] + [(f"k{j}", k) for j, k in enumerate(kernel)] + \
-            [("n", n)] + [(f"o{j}", o) for j, o in enumerate(out)]:
-        names[key] = low.fresh(key)
-        low.line(f"for {names[key]} in range({ext}):", ind)
+def _loops(low, extents, ind, hint):
+    names = []
+    for ext in extents:
+        n = low.fresh(hint)
+        low.line(f"for {n} in range({ext}):", ind)
+        names.append(n)
         ind += 1
+    return names, ind
+
+
+def _linear_index(names, extents):
+    text = names[0]
+    for n, e in zip(names[1:], extents[1:]):
+        text = f"({text}) * {e} + {n}"
+    return text
+
+
+def _positions(low, a, outs, ks, ind):
+    """Input positions read by output position ``outs`` at kernel offset ``ks``."""
     pos = []
-    for j in range(len(kernel)):
+    for j, (o, k) in enumerate(zip(outs, ks)):
         p = low.fresh(f"i{j}")
-        lo = a["padding"][j][0]
-        low.line(f"{p} = {names[f'o{j}']} * {stride[j]} - {lo} + {names[f'k{j}']} * {dil[j]}", ind)
+        low.line(f"{p} = {o} * {a['stride'][j]} - {a['padding'][j][0]} + {k} * {a['dilation'][j]}", ind)
         pos.append(p)
-    row = names["c"]
-    for j, k in enumerate(kernel):
-        row = f"({row}) * {k} + {names[f'k{j}']}"
-    col = names["n"]
-    for j in range(len(out)):
-        col = f"({col}) * {out[j]} + {names[f'o{j}']}"
-    image_idx = [names["n"], f"({names['g']} * {cg} + {names['c']})"] + pos
-    col_idx = [names["g"], f"({row})", f"({col})"]
-    inside = " and ".join(f"0 <= {p} < {sz}" for p, sz in zip(pos, size))
-    return image_idx, col_idx, inside, ind
+    return pos
 
 
-def _lower_im2col(low, s, ind):
-    x, c = s.inputs[0], s.outputs[0]
-    _alloc(low, c, ind)
-    image_idx, col_idx, inside, inner = _window_loops(low, s, _ints(x.shape), ind)
-    pad_src = _float_src(s.attrs["pad_value"])
-    value = low.elem(x, image_idx, x.shape)
-    low.line(f"{c.name}[{', '.join(col_idx)}] = {value} if {inside} else {pad_src}", inner)
+def _inside(pos, size):
+    return " and ".join(f"0 <= {p} < {s}" for p, s in zip(pos, size))
 
 
-def _lower_col2im(low, s, ind):
-    cols, c = s.inputs[0], s.outputs[0]
+def _im2col_loops(low, x, a, kernel, groups, cols, out, ind, scatter=None):
+    """cols[g, (c, *k), (n, *out)] = x[n, g * cg + c, positions] (0 outside); with ``scatter`` the
+    reverse: image[n, channel, positions] += cols[...] for the positions inside."""
+    n, c, *size = _ints(x.shape) if scatter is None else scatter[1]
+    cg = c // groups
+    names, inner = _loops(low, [groups, cg] + list(kernel) + [n] + list(out), ind, "w")
+    g_, c_, ks, n_, os_ = names[0], names[1], names[2:2 + len(kernel)], names[2 + len(kernel)], \
+        names[3 + len(kernel):]
+    pos = _positions(low, a, os_, ks, inner)
+    row = _linear_index([c_] + ks, [cg] + list(kernel))
+    col = _linear_index([n_] + os_, [n] + list(out))
+    image = [n_, f"({g_} * {cg} + {c_})"] + pos
+    if scatter is None:
+        low.line(f"{cols}[{g_}, {row}, {col}] = {low.elem(x, image, x.shape)} if {_inside(pos, size)} else 0.0",
+                 inner)
+    else:
+        low.line(f"if {_inside(pos, size)}:", inner)
+        low.line(f"{scatter[0]}[{', '.join(image)}] += {cols}[{g_}, {row}, {col}]", inner + 1)
+
+
+def _conv_dims(low, s, x_shape, w_shape, out_shape):
+    groups = s.attrs["groups"]
+    o, cg, *kernel = w_shape
+    n = x_shape[0]
+    return groups, o, cg, kernel, n, list(out_shape[2:]), o // groups, cg * _prod(kernel)
+
+
+def _rows_from(low, g, groups, og, rows, ind):
+    """rows[group, o, (n, *out)] = g[n, group * og + o, *out]."""
+    names, inner = low.nest(g.shape, ind, "r")
+    gs = _ints(g.shape)
+    col = _linear_index([names[0]] + names[2:], [gs[0]] + gs[2:])
+    low.line(f"{rows}[{names[1]} // {og}, {names[1]} % {og}, {col}] = {low.elem(g, names, g.shape)}", inner)
+
+
+def _lower_conv(low, s, ind):
+    x, w = s.inputs
+    c = s.outputs[0]
+    groups, o, cg, kernel, n, out, og, rk = _conv_dims(low, s, _ints(x.shape), _ints(w.shape), _ints(c.shape))
+    dt = dtype_src(c.dtype)
+    cols, w2, y, gi = low.fresh("cols"), low.fresh("w2"), low.fresh("y"), low.fresh("g")
+    low.line(f"{cols} = np.empty(({groups}, {rk}, {n * _prod(out)}), dtype={dt})", ind)
+    _im2col_loops(low, x, s.attrs, kernel, groups, cols, out, ind)
+    low.line(f"{w2} = np.ascontiguousarray({native_backend._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
+             f"{rk}))", ind)
+    low.line(f"{y} = np.empty(({groups}, {og}, {n * _prod(out)}), dtype={dt})", ind)
+    low.line(f"for {gi} in range({groups}):", ind)
+    low.line(f"{y}[{gi}] = np.dot({w2}[{gi}], {cols}[{gi}])", ind + 1)
     _alloc(low, c, ind)
     names, inner = low.nest(c.shape, ind, "z")
-    low.line(f"{c.name}[{', '.join(names)}] = 0", inner)
-    image_idx, col_idx, inside, inner = _window_loops(low, s, list(s.attrs["shape"]), ind)
-    low.line(f"if {inside}:", inner)
-    low.line(f"{c.name}[{', '.join(image_idx)}] += {low.elem(cols, col_idx, cols.shape)}", inner + 1)
+    col = _linear_index([names[0]] + names[2:], [n] + out)
+    low.line(f"{c.name}[{', '.join(names)}] = {y}[{names[1]} // {og}, {names[1]} % {og}, {col}]", inner)
+
+
+def _lower_conv_grad_weight(low, s, ind):
+    g, x = s.inputs
+    c = s.outputs[0]
+    groups, o, cg, kernel, n, out, og, rk = _conv_dims(low, s, _ints(x.shape), list(s.attrs["wshape"]),
+                                                       _ints(g.shape))
+    dt = dtype_src(c.dtype)
+    cols, rows, gw, gi = low.fresh("cols"), low.fresh("rows"), low.fresh("gw"), low.fresh("g")
+    low.line(f"{cols} = np.empty(({groups}, {rk}, {n * _prod(out)}), dtype={dt})", ind)
+    _im2col_loops(low, x, s.attrs, kernel, groups, cols, out, ind)
+    low.line(f"{rows} = np.empty(({groups}, {og}, {n * _prod(out)}), dtype={dt})", ind)
+    _rows_from(low, g, groups, og, rows, ind)
+    low.line(f"{gw} = np.empty(({groups}, {og}, {rk}), dtype={dt})", ind)
+    low.line(f"for {gi} in range({groups}):", ind)
+    low.line(f"{gw}[{gi}] = np.dot({rows}[{gi}], {cols}[{gi}].T)", ind + 1)
+    low.line(f"{c.name} = {gw}.reshape({low.shape_tuple(c.shape)})", ind)
+
+
+def _lower_conv_grad_input(low, s, ind):
+    g, w = s.inputs
+    c = s.outputs[0]
+    xshape = list(s.attrs["xshape"])
+    groups, o, cg, kernel, n, out, og, rk = _conv_dims(low, s, xshape, _ints(w.shape), _ints(g.shape))
+    dt = dtype_src(c.dtype)
+    rows, w2, gcols, gi = low.fresh("rows"), low.fresh("w2"), low.fresh("gcols"), low.fresh("g")
+    low.line(f"{rows} = np.empty(({groups}, {og}, {n * _prod(out)}), dtype={dt})", ind)
+    _rows_from(low, g, groups, og, rows, ind)
+    low.line(f"{w2} = np.ascontiguousarray({native_backend._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
+             f"{rk}))", ind)
+    low.line(f"{gcols} = np.empty(({groups}, {rk}, {n * _prod(out)}), dtype={dt})", ind)
+    low.line(f"for {gi} in range({groups}):", ind)
+    low.line(f"{gcols}[{gi}] = np.dot({w2}[{gi}].T, {rows}[{gi}])", ind + 1)
+    _alloc(low, c, ind)
+    names, inner = low.nest(c.shape, ind, "z")
+    low.line(f"{c.name}[{', '.join(names)}] = 0.0", inner)
+    _im2col_loops(low, None, s.attrs, kernel, groups, gcols, out, ind, scatter=(c.name, xshape))
+
+
+def _lower_pool(low, s, ind):
+    x, c = s.inputs[0], s.outputs[0]
+    a = s.attrs
+    size = _ints(x.shape)[2:]
+    _alloc(low, c, ind)
+    names, inner = low.nest(c.shape, ind, "o")
+    acc = low.fresh("acc")
+    low.line(f"{acc} = {'-np.inf' if a['mode'] == 'max' else '0.0'}", inner)
+    ks, kin = _loops(low, a["kernel"], inner, "k")
+    pos = _positions(low, a, names[2:], ks, kin)
+    low.line(f"if {_inside(pos, size)}:", kin)
+    v = low.elem(x, names[:2] + pos, x.shape)
+    low.line(f"{acc} = max({acc}, {v})" if a["mode"] == "max" else f"{acc} += {v}", kin + 1)
+    low.line(f"{c.name}[{', '.join(names)}] = {acc}", inner)
+
+
+def _lower_pool_grad(low, s, ind):
+    g, x, _ = s.inputs
+    c = s.outputs[0]
+    a = s.attrs
+    size = _ints(x.shape)[2:]
+    _alloc(low, c, ind)
+    names, inner = low.nest(c.shape, ind, "z")
+    low.line(f"{c.name}[{', '.join(names)}] = 0.0", inner)
+    names, inner = low.nest(g.shape, ind, "o")
+    gval = low.elem(g, names, g.shape)
+    if a["mode"] == "sum":
+        ks, kin = _loops(low, a["kernel"], inner, "k")
+        pos = _positions(low, a, names[2:], ks, kin)
+        low.line(f"if {_inside(pos, size)}:", kin)
+        low.line(f"{c.name}[{', '.join(names[:2] + pos)}] += {gval}", kin + 1)
+        return
+    best, at = low.fresh("best"), [low.fresh("at") for _ in size]
+    low.line(f"{best} = -np.inf", inner)
+    for p in at:
+        low.line(f"{p} = -1", inner)
+    ks, kin = _loops(low, a["kernel"], inner, "k")
+    pos = _positions(low, a, names[2:], ks, kin)
+    low.line(f"if {_inside(pos, size)}:", kin)
+    low.line(f"if {low.elem(x, names[:2] + pos, x.shape)} > {best}:", kin + 1)
+    low.line(f"{best} = {low.elem(x, names[:2] + pos, x.shape)}", kin + 2)
+    for p, q in zip(at, pos):
+        low.line(f"{p} = {q}", kin + 2)
+    low.line(f"if {at[0]} >= 0:", inner)
+    low.line(f"{c.name}[{', '.join(names[:2] + at)}] += {gval}", inner + 1)
 
 
 def _argmax_loop(low, x, axis, outer, ind):
-    """Emit a scan for the first maximum of ``x`` along ``axis`` at the outer position; returns its index name."""
+    """Emit a scan for the first maximum of ``x`` along ``axis`` at the outer position; returns its names."""
     best, arg, k = low.fresh("best"), low.fresh("arg"), low.fresh("k")
     n = int(const_value(x.shape[axis]))
 
@@ -304,9 +542,13 @@ def _lower_elementwise(fn):
     return lower
 
 
+def _lower_activation(low, s, ind):
+    _lower_elementwise(_ACTIVATION_NATIVE[s.attrs["fn"]])(low, s, ind)
+
+
 def _lower_erf(low, s, ind):
     from .backends import native_runtime
-    if not hasattr(native_runtime, "nn_erf"):
+    if not hasattr(native_runtime, "nn_erf"):        # math.erf compiled once, callable from generated code
         import numba
         native_runtime.nn_erf = numba.njit(cache=True, nogil=True)(_scalar_erf)
     _lower_elementwise("_rt.nn_erf({})")(low, s, ind)
@@ -317,10 +559,10 @@ def _scalar_erf(v):
 
 
 NN_LOWERING = {
-    "linear": _lower_linear,
-    "im2col": _lower_im2col, "col2im": _lower_col2im, "max_first": _lower_max_first,
-    "max_first_grad": _lower_max_first_grad, "max_const": _lower_max_const,
-    "erf": _lower_erf, "stop_gradient": _lower_elementwise("{}"),
+    "linear": _lower_linear, "conv": _lower_conv, "conv_grad_input": _lower_conv_grad_input,
+    "conv_grad_weight": _lower_conv_grad_weight, "pool": _lower_pool, "pool_grad": _lower_pool_grad,
+    "max_first": _lower_max_first, "max_first_grad": _lower_max_first_grad, "max_const": _lower_max_const,
+    "activation": _lower_activation, "erf": _lower_erf, "stop_gradient": _lower_elementwise("{}"),
 }
 
 rules.CALLS.update(NN_CALLS)
@@ -550,8 +792,13 @@ class NNBuilder:
         x = self.read(x)
         return op("where", op("greater", x, 0), x, 0.0)
 
+    def activation(self, fn, x):
+        """tanh, sigmoid or exp into memory; the adjoint reads the result instead of recomputing it."""
+        x = self.read(x)
+        return self.call("activation", [x], self.shape(x), x.dtype, {"fn": fn}, hint=fn)
+
     def sigmoid(self, x):
-        return 0.5 * op("tanh", 0.5 * self.to_expr(x)) + 0.5
+        return self.activation("sigmoid", x)
 
     def silu(self, x):
         x = self.read(x)
@@ -589,65 +836,43 @@ class NNBuilder:
                 y = self.reshape(y, xs[:-1] + (o,))
         return y if b is None else y + self.to_expr(b)
 
-    def windows(self, x, kernel, stride, padding, dilation, groups, pad_value=0.0):
-        """im2col: (N, C, *S) -> (groups, C/groups * prod(kernel), N * L), and the output spatial shape."""
-        x = self.read(x)
-        n, c, *size = self.shape(x)
-        out = [(s + lo + hi - d * (k - 1) - 1) // st + 1
-               for s, k, st, (lo, hi), d in zip(size, kernel, stride, padding, dilation)]
-        attrs = {"kernel": tuple(kernel), "stride": tuple(stride), "padding": tuple(map(tuple, padding)),
-                 "dilation": tuple(dilation), "groups": int(groups), "pad_value": float(pad_value)}
-        shape = (groups, (c // groups) * _prod(kernel), n * _prod(out))
-        return self.call("im2col", [x], shape, x.dtype, attrs, hint="cols"), out
-
-    def _batch_first(self, y, lead, n, out):
-        """(lead..., N * L) -> (N, prod(lead), *out): samples first, as PyTorch lays images out."""
-        k = len(lead)
-        y = self.reshape(y, tuple(lead) + (n,) + tuple(out))
-        y = self.permute(y, (k,) + tuple(range(k)) + tuple(range(k + 1, k + 1 + len(out))))
-        return y if k == 1 else self.reshape(y, (n, _prod(lead)) + tuple(out))
-
     def conv(self, x, w, b, stride, padding, dilation, groups):
-        """N-d convolution (cross-correlation): im2col, then one GEMM per group over the whole batch."""
+        """N-d convolution (cross-correlation); ``padding`` is one (low, high) pair per spatial axis."""
         x, w = self.read(x), self.read(w)
         n, c, *size = self.shape(x)
         o, cg, *kernel = self.shape(w)
         nd = len(kernel)
         if cg * groups != c:
             raise FlowgradError(f"{self.loc}: convolution weight expects {cg * groups} input channels, got {c}")
-        cols, out = self.windows(x, kernel, stride, padding, dilation, groups)
-        if groups == 1:
-            y = self.matmul(self.reshape(w, (o, cg * _prod(kernel))), self.view(cols, (0,)))
-            y = self._batch_first(y, (o,), n, out)
-        else:
-            y = self.matmul(self.reshape(w, (groups, o // groups, cg * _prod(kernel))), cols)
-            y = self._batch_first(y, (groups, o // groups), n, out)
+        attrs = {"stride": tuple(stride), "padding": tuple(map(tuple, padding)), "dilation": tuple(dilation),
+                 "groups": int(groups)}
+        out = _out_shape(size, kernel, stride, padding, dilation)
+        y = self.call("conv", [x, w], (n, o) + out, np.result_type(x.dtype, w.dtype), attrs)
         if b is not None:
             y = y + self.view(b, (slice(None),) + (None,) * nd)
         return y
 
     # ------------------------------------------------------------ pooling
 
+    def _pool(self, x, mode, kernel, stride, padding, dilation, ceil_mode):
+        x = self.read(x)
+        n, c, *size = self.shape(x)
+        stride = list(stride) or list(kernel)
+        pads = tuple((lo, _geometry(s, k, st, lo, hi, d, ceil_mode)[1])
+                     for s, k, st, (lo, hi), d in zip(size, kernel, stride, padding, dilation))
+        attrs = {"mode": mode, "kernel": tuple(kernel), "stride": tuple(stride), "padding": pads,
+                 "dilation": tuple(dilation)}
+        out = _out_shape(size, kernel, stride, pads, dilation)
+        return self.call("pool", [x], (n, c) + out, x.dtype, attrs, hint=mode + "pool"), stride, out
+
     def max_pool(self, x, kernel, stride, padding, dilation, ceil_mode=False):
         """Max pooling; ``padding`` is one (low, high) pair per spatial axis (filled with -inf)."""
-        x = self.read(x)
-        n, c, *size = self.shape(x)
-        stride = list(stride) or list(kernel)
-        pads = [(lo, _geometry(s, k, st, lo, hi, d, ceil_mode)[1])
-                for s, k, st, (lo, hi), d in zip(size, kernel, stride, padding, dilation)]
-        win, out = self.windows(x, kernel, stride, pads, dilation, c, -math.inf)
-        m = self.call("max_first", [win], (c, n * _prod(out)), x.dtype, {"axis": 1}, hint="pool")
-        return self._batch_first(m, (c,), n, out)
+        return self._pool(x, "max", kernel, stride, padding, dilation, ceil_mode)[0]
 
     def avg_pool(self, x, kernel, stride, padding, ceil_mode=False, count_include_pad=True, divisor=None):
-        x = self.read(x)
-        n, c, *size = self.shape(x)
-        stride = list(stride) or list(kernel)
         nd = len(kernel)
-        pads = [(lo, _geometry(s, k, st, lo, hi, 1, ceil_mode)[1])
-                for s, k, st, (lo, hi) in zip(size, kernel, stride, padding)]
-        win, out = self.windows(x, kernel, stride, pads, (1,) * nd, c, 0.0)
-        total = self._batch_first(self.reduce("sum", win, (1,)), (c,), n, out)
+        total, stride, out = self._pool(x, "sum", kernel, stride, padding, (1,) * nd, ceil_mode)
+        size = self.shape(self.to_expr(x))[2:]
         if divisor is None:
             counts = np.ones(out, dtype=np.float64)
             for j in range(nd):
@@ -660,7 +885,7 @@ class NNBuilder:
                 counts = counts * (end - start).reshape(shape)
             if np.all(counts == counts.flat[0]):
                 return total * (1.0 / float(counts.flat[0]))
-            return total * self.const_array((1.0 / counts).astype(x.dtype))
+            return total * self.const_array((1.0 / counts).astype(total.dtype))
         return total * (1.0 / float(divisor))
 
     def adaptive_avg_pool(self, x, out_size):
@@ -718,7 +943,7 @@ class NNBuilder:
         return x - m
 
     def softmax(self, x, axis):
-        e = self.read(op("exp", self._shifted(x, axis)), "exp")
+        e = self.activation("exp", self._shifted(x, axis))
         return e / self.reduce("sum", e, (axis,), True)
 
     def log_softmax(self, x, axis):
@@ -821,7 +1046,7 @@ class ModelProgram:
         self.input_names = list(input_names)
         self.__signature__ = inspect.Signature(
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in self.input_names])
-        backend = backend or api.DEFAULT_BACKEND
+        backend = backend or "numpy"     # a model's time is in BLAS calls; Numba would compile for minutes
         if backend not in api.BACKENDS:
             raise InputError(f"unknown backend {backend!r}; available: {', '.join(api.BACKENDS)}")
         self.backend = backend

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.core import (Assign, Call, Const, Container, For, If, NewAxis, Op, Pop, Program, Push,
+                       broadcast_shapes,
                        Read, Ref, While, data_reads, is_float, iter_reads, same_expr, scalar,
                        stmt_reads, stmt_writes, walk, I64)
 from ..checkpoint import loops as loop_ckpt
@@ -101,16 +102,18 @@ class ReverseBuilder:
             return None
         return e.ref.with_container(self.grads[e.ref.container])
 
-    def accumulate(self, x, contrib):
-        """``adjoint(x) += contrib``, summing over axes that ``x`` was broadcast along."""
+    def accumulate(self, x, contrib, space=None):
+        """``adjoint(x) += contrib``, where ``contrib`` lives in the (broadcast) iteration ``space``
+        of the expression that read ``x``: axes ``x`` was broadcast along are summed."""
+        space = broadcast_shapes(contrib.shape, x.shape) if space is None else space
         if isinstance(x, Op):
-            return self.propagate(x, contrib)
+            return self.propagate(x, contrib, space)
         gref = self.grad_ref(x)
         if gref is None:
             return []
-        if _needs_unbroadcast(contrib.shape, gref.shape):
+        if _needs_unbroadcast(space, gref.shape):
             t = self.temp(gref.shape, gref.dtype, "gsum")
-            return [Call("sum_to", [contrib], [t], {"shape": gref.shape}),
+            return [Call("sum_to", [contrib], [t], {"shape": gref.shape, "full": space}),
                     Assign(gref, Read(Ref(t)), accumulate=True)]
         return [Assign(gref, contrib, accumulate=True)]
 
@@ -129,29 +132,32 @@ class ReverseBuilder:
     def is_active_expr(self, e):
         return any(r.ref.container in self.grads for r in data_reads(e))
 
-    def propagate(self, e, g):
-        """Statements adding ``g`` (the adjoint of expression ``e``) into the adjoints of its reads."""
+    def propagate(self, e, g, space=None):
+        """Statements adding ``g`` (the adjoint of expression ``e``, living in the broadcast
+        iteration ``space``) into the adjoints of its reads."""
         if isinstance(e, Const) or not self.is_active_expr(e):
             return []
+        space = broadcast_shapes(g.shape, e.shape) if space is None else space
         if isinstance(e, Read):
-            return self.accumulate(e, g)
+            return self.accumulate(e, g, space)
         if e.name in ZERO_DERIVATIVE:
             return []
         stmts = []
         live = [a for a in e.args if self.is_active_expr(a)]
-        if len(live) > 1 and not isinstance(g, (Read, Const)):
-            t = self.temp(e.shape, e.dtype, "gexpr")
+        if len(live) > 1 and not _cheap(g):
+            t = self.temp(g.shape, e.dtype, "gexpr")
             stmts.append(Assign(Ref(t), g))
             g = Read(Ref(t))
         partials = PARTIALS[e.name](g, e, *e.args)
         for a, p in zip(e.args, partials):
             if p is None or not self.is_active_expr(a):
                 continue
-            if not isinstance(a, Read) and _needs_unbroadcast(p.shape, a.shape):
+            if not isinstance(a, Read) and _needs_unbroadcast(space, a.shape):
                 t = self.temp(a.shape, a.dtype, "gsum")
-                stmts.append(Call("sum_to", [p], [t], {"shape": a.shape}))
-                p = Read(Ref(t))
-            stmts += self.propagate(a, p)
+                stmts.append(Call("sum_to", [p], [t], {"shape": a.shape, "full": space}))
+                stmts += self.propagate(a, Read(Ref(t)), a.shape)
+            else:
+                stmts += self.propagate(a, p, space)
         return stmts
 
     def adjoint_assign(self, s: Assign):
@@ -219,6 +225,15 @@ class ReverseBuilder:
         raise TypeError(f"cannot reverse {s!r}")
 
 
+def _cheap(e, budget=2):
+    """An adjoint expression cheap enough to recompute at each use (no temporary)."""
+    if isinstance(e, (Read, Const)):
+        return True
+    if isinstance(e, Op) and e.name in ("multiply", "negative", "add", "subtract") and budget > 0:
+        return all(_cheap(a, budget - 1) for a in e.args)
+    return False
+
+
 def _needs_unbroadcast(src, dst):
     if len(src) != len(dst):
         return True
@@ -231,27 +246,57 @@ def _needs_unbroadcast(src, dst):
 # ---------------------------------------------------------------- value restoration
 
 
-def _needed_containers(prog, backward, restores, extra_reads):
-    """Forward containers whose values the backward sweep reads (closure over restores)."""
+def _needed_restores(prog, backward, replayed):
+    """The restore placeholders whose values some later backward statement reads.
+
+    Restoring what statement S overwrote is needed only if the backward sweep reads that
+    container after S's adjoint, or in a loop that also repeats S's adjoint. (Reading a final
+    value, e.g. ``sum(u * u)`` after a stencil loop, needs no tape for the loop's writes.)
+    ``replayed`` maps a backward loop variable to forward statements that checkpointing will
+    re-execute inside that loop.
+    """
     forward = set(prog.containers.values())
-    needed = {r.ref.container for r in extra_reads}
-    for s in walk(backward):
-        if isinstance(s, _Restore):
-            continue
-        for r in stmt_reads(s):
-            needed.add(r.ref.container)
-    needed &= forward
+    reads, restores = {}, []
+    seq = [0]
+
+    def visit(stmts, loops):
+        for st in stmts:
+            seq[0] += 1
+            here = (seq[0], loops)
+            if isinstance(st, _Restore):
+                restores.append((st, here))
+                continue
+            for r in stmt_reads(st):
+                if r.ref.container in forward:
+                    reads.setdefault(r.ref.container, []).append(here)
+            if isinstance(st, For):
+                # a checkpointed loop re-runs its body from snapshots of what the body writes;
+                # what it reads but never writes must hold its value from before the loop
+                body = replayed.get(st.var.name, [])
+                written = {w.container for t in walk(body) for w in stmt_writes(t)}
+                for t in walk(body):
+                    for r in stmt_reads(t):
+                        if r.ref.container in forward and r.ref.container not in written:
+                            reads.setdefault(r.ref.container, []).append((seq[0], loops))
+                visit(st.body, loops | {id(st)})
+            elif isinstance(st, If):
+                visit(st.then, loops)
+                visit(st.orelse, loops)
+
+    visit(backward, frozenset())
+    needed = set()
     changed = True
     while changed:
         changed = False
-        for r in restores:
-            if r.ref.container in needed:
+        for r, (at, loops) in restores:
+            if id(r) in needed:
+                continue
+            if any(later > at or (ls & loops) for later, ls in reads.get(r.ref.container, ())):
+                needed.add(id(r))
+                changed = True
                 for ie in r.ref.index_exprs():
                     for rd in iter_reads(ie):
-                        c = rd.ref.container
-                        if c in forward and c not in needed:
-                            needed.add(c)
-                            changed = True
+                        reads.setdefault(rd.ref.container, []).append((at, loops))
     return needed
 
 
@@ -370,14 +415,16 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     if result in b.grads:
         top.append(Assign(Ref(b.grads[result]), Read(Ref(cotangent))))
     backward = top + backward
-    needed = _needed_containers(prog, backward, b.restores, [])
+    replayed = {loop.var.name: loop.body for loop in prog.body
+                if isinstance(loop, For) and (loop_plan or {}).get(loop.var.name, (STORE_ALL,))[0] != STORE_ALL}
+    needed = _needed_restores(prog, backward, replayed)
     first = _first_touch(prog)
 
     tapes, pushes = {}, {}
 
     def keep(r: _Restore):
         c = r.ref.container
-        if c not in needed:
+        if id(r) not in needed:
             return None
         if c.kind == "transient" and b.loop_depth[id(r)] == 0 and first.get(c) is r.stmt:
             return None

@@ -266,7 +266,7 @@ def _vjp_mask_scatter(ctx, call, gouts):
 
 def _vjp_sum_to(ctx, call, gouts):
     (x,), (g,) = call.inputs, gouts
-    return ctx.accumulate(x, Read(Ref(g)))
+    return ctx.accumulate(x, Read(Ref(g)), call.attrs["full"])
 
 
 def _red(name):
@@ -336,8 +336,8 @@ CALLS = {
                            doc="snapshot slots a loop checkpoint schedule needs"),
     "ckpt_schedule": CallRule(lambda i, a: f"_ckpt.schedule_rows({i[0]}, {i[1]}, {i[2]})",
                               doc="the action rows of a loop checkpoint schedule, and their count"),
-    "sum_to": CallRule(lambda i, a: f"np.sum({i[0]})" if not a["shape"] else
-                       f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])})", _vjp_sum_to,
+    "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])}, {_tuple_src(a['full'])})",
+                       _vjp_sum_to,
                        doc="sum a broadcast adjoint back to an operand's shape"),
 }
 

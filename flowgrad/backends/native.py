@@ -645,25 +645,27 @@ def _lower_mask(kind):
 
 
 def _lower_sum_to(low, s, ind):
+    """Sum the input, broadcast over the ``full`` iteration space, down to the output's shape."""
     x = s.inputs[0]
     c = s.outputs[0]
+    full = s.attrs["full"]
     if c.ndim == 0:
         acc = low.fresh("acc")
         low.line(f"{acc} = 0.0", ind)
-        names, inner = low.nest(x.shape, ind)
-        low.line(f"{acc} += {low.elem(x, names, x.shape)}", inner)
+        names, inner = low.nest(full, ind)
+        low.line(f"{acc} += {low.elem(x, names, full)}", inner)
         low.line(f"{c.name} = {acc}", ind)
         return
     _out(low, s, ind)
     names, inner = low.nest(c.shape, ind, "z")
     low.line(f"{c.name}[{', '.join(names)}] = 0.0", inner)
-    names, inner = low.nest(x.shape, ind)
-    lead = len(x.shape) - c.ndim
+    names, inner = low.nest(full, ind)
+    lead = len(full) - c.ndim
     out_idx = []
     for k in range(c.ndim):
         n = names[lead + k]
-        out_idx.append("0" if const_value(c.shape[k]) == 1 and const_value(x.shape[lead + k]) != 1 else n)
-    low.line(f"{c.name}[{', '.join(out_idx)}] += {low.elem(x, names, x.shape)}", inner)
+        out_idx.append("0" if const_value(c.shape[k]) == 1 and const_value(full[lead + k]) != 1 else n)
+    low.line(f"{c.name}[{', '.join(out_idx)}] += {low.elem(x, names, full)}", inner)
 
 
 def _lower_trip_count(low, s, ind):
@@ -715,10 +717,15 @@ def _static_shape(c, params):
     return True
 
 
-def _prologue(low, prog, containers, tapes, ind):
+def _written(stmts):
+    from ..ir.core import stmt_writes, walk
+    return {w.container for s in walk(stmts) for w in stmt_writes(s)}
+
+
+def _prologue(low, prog, containers, tapes, ind, written):
     params = prog.params + list(prog.inputs)
     for p in prog.params:
-        if p.ndim:
+        if p.ndim and p in written:        # the caller's arrays are never modified
             low.line(f"{p.name} = {p.name}.copy()", ind)
     arg_written = set()
     for c in sorted(containers, key=lambda c: c.name):
@@ -742,7 +749,7 @@ def emit_forward(prog) -> str:
     names = ", ".join(p.name for p in prog.params)
     low.line("@_jit", 0)
     low.line(f"def {prog.name}({names}):", 0)
-    _prologue(low, prog, [c for c in prog.containers.values()], [], 1)
+    _prologue(low, prog, [c for c in prog.containers.values()], [], 1, _written(prog.body))
     low.block(prog.body, 1)
     low.line(f"return {prog.results[0].name}", 1)
     return HEADER + "\n".join(low.lines) + "\n"
@@ -756,7 +763,7 @@ def emit_grad(prog, gp, wrt) -> str:
     low.line(f"def {prog.name}_grad({names}):", 0)
     tapes = list(gp.tapes.values())
     containers = [c for c in gp.containers.values() if c is not gp.cotangent]
-    _prologue(low, prog, containers, tapes, 1)
+    _prologue(low, prog, containers, tapes, 1, _written(gp.forward + gp.backward))
     low.block(gp.forward, 1)
     low.block(gp.backward, 1)
     outs = []

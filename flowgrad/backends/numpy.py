@@ -207,14 +207,21 @@ def _init_lines(containers, skip):
     return lines
 
 
-def _param_lines(params):
+def _param_lines(params, written):
+    """Arguments as the program's types; arrays it writes are copied (the caller's stay intact)."""
     lines = []
     for p in params:
         if p.ndim == 0:
             lines.append(f"{p.name} = {_scalar_ctor(p.dtype)}({p.name})")
         else:
-            lines.append(f"{p.name} = np.array({p.name}, dtype={dtype_src(p.dtype)})")
+            fn = "np.array" if p in written else "np.asarray"
+            lines.append(f"{p.name} = {fn}({p.name}, dtype={dtype_src(p.dtype)})")
     return lines
+
+
+def _written(stmts):
+    from ..ir.core import stmt_writes, walk
+    return {w.container for s in walk(stmts) for w in stmt_writes(s)}
 
 
 HEADER = ("import numpy as np\nfrom flowgrad.backends import runtime as _rt\n"
@@ -226,7 +233,7 @@ def emit_forward(prog) -> str:
     e = Emitter()
     names = ", ".join(p.name for p in prog.params)
     e.line(f"def {prog.name}({names}):", 0)
-    for ln in _param_lines(prog.params):
+    for ln in _param_lines(prog.params, _written(prog.body)):
         e.line(ln, 1)
     for ln in _init_lines([c for c in prog.containers.values() if c.kind != "arg"], set()):
         e.line(ln, 1)
@@ -245,7 +252,7 @@ def emit_vjp(prog, gp, wrt) -> str:
     e = Emitter()
     names = ", ".join(p.name for p in prog.params)
     e.line(f"def {prog.name}_vjp({names}):", 0)
-    for ln in _param_lines(prog.params):
+    for ln in _param_lines(prog.params, _written(gp.forward + gp.backward)):
         e.line(ln, 1)
     fwd_containers = gp.forward_containers
     for ln in _init_lines(fwd_containers, set()):

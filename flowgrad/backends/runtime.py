@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def sum_to(x, shape):
-    """Sum a broadcast array back down to ``shape`` (the adjoint of broadcasting)."""
-    x = np.asarray(x)
+def sum_to(x, shape, full):
+    """Sum ``x``, broadcast to ``full``, back down to ``shape`` (the adjoint of broadcasting)."""
+    x = np.broadcast_to(np.asarray(x), tuple(int(d) for d in full))
     shape = tuple(int(d) for d in shape)
     lead = x.ndim - len(shape)
     if lead > 0:

@@ -502,7 +502,7 @@ HANDLERS = {
     "log1p": _unary("log1p"), "expm1": _unary("expm1"), "log2": _unary("log2"), "sqrt": _unary("sqrt"),
     "rsqrt": lambda b, input, **_: 1.0 / op("sqrt", b.to_expr(input)), "abs": _unary("abs"),
     "reciprocal": lambda b, input, **_: 1.0 / b.to_expr(input), "square": _unary("square"),
-    "sin": _unary("sin"), "cos": _unary("cos"), "tan": _unary("tan"), "tanh": _unary("tanh"),
+    "sin": _unary("sin"), "cos": _unary("cos"), "tan": _unary("tan"), "tanh": lambda b, input, **_: b.activation("tanh", input),
     "sign": _unary("sign"), "floor": _unary("floor"), "ceil": _unary("ceil"), "round": _unary("round"),
     "erf": lambda b, input, **_: b.erf(input), "maximum": _binary("maximum"), "minimum": _binary("minimum"),
     "clamp": _clamp, "clip": _clamp, "clamp_min": lambda b, input, min, **_: _clamp(b, input, min=min),

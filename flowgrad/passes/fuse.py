@@ -1,0 +1,109 @@
+"""Fuse single-use temporaries into the statement that uses them.
+
+Needs: a captured forward program. Changes: an array ``T = e`` written once (whole, not
+accumulated) and read exactly once, as a whole, by a later statement ``U`` of the same block is
+removed and ``e`` is substituted into ``U`` — provided nothing between them writes what ``e``
+reads, and ``U`` visits each element of ``T`` once (an elementwise assignment of T's shape, or
+a reduction). NumPy would materialise ``T``; the native backend then evaluates ``e`` inside
+``U``'s loop nest instead, so one array and one pass over memory disappear.
+"""
+from __future__ import annotations
+
+from ..ir.core import (Assign, Call, For, If, Op, Read, While, iter_reads, op, same_expr, stmt_reads,
+                       stmt_writes, walk)
+
+_ELEMENT_ONCE = {"sum", "prod", "max", "min", "sum_to"}
+
+
+def fuse_temporaries(body, protected=()):
+    """Return a new body with single-use temporaries inlined (``protected`` containers are kept)."""
+    reads, writes = {}, {}
+    for s in walk(body):
+        for r in stmt_reads(s):
+            reads[r.ref.container] = reads.get(r.ref.container, 0) + 1
+        for w in stmt_writes(s):
+            writes[w.container] = writes.get(w.container, 0) + 1
+    protected = set(protected)
+
+    def candidate(s):
+        if not (isinstance(s, Assign) and not s.accumulate and s.dst.is_whole()):
+            return None
+        c = s.dst.container
+        if c.kind != "transient" or c.ndim == 0 or c in protected:
+            return None
+        if writes.get(c) != 1 or reads.get(c) != 1:
+            return None
+        if any(r.ref.container is c for r in iter_reads(s.expr)):
+            return None
+        return c
+
+    def block(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, For):
+                s = For(s.var, s.start, s.stop, s.step, block(s.body), s.reverse, s.loc)
+            elif isinstance(s, While):
+                s = While(s.cond, block(s.body), s.loc)
+            elif isinstance(s, If):
+                s = If(s.cond, block(s.then), block(s.orelse), s.loc)
+            out.append(s)
+        k = 0
+        while k < len(out):
+            c = candidate(out[k])
+            if c is None:
+                k += 1
+                continue
+            deps = {r.ref.container for r in iter_reads(out[k].expr)}
+            use = None
+            for j in range(k + 1, len(out)):
+                t = out[j]
+                if any(r.ref.container is c for u in walk([t]) for r in stmt_reads(u)):
+                    use = j
+                    break
+                if any(w.container in deps for u in walk([t]) for w in stmt_writes(u)):
+                    break
+            if use is None:
+                k += 1
+                continue
+            fused = _substitute(out[use], c, out[k].expr)
+            if fused is None:
+                k += 1
+                continue
+            out[use] = fused
+            del out[k]
+        return out
+
+    return block(body)
+
+
+def _substitute(u, c, e):
+    """``u`` with its single whole read of ``c`` replaced by ``e``, or None if not element-once."""
+    if isinstance(u, Assign):
+        if not (len(u.dst.shape) == len(c.shape) and all(same_expr(a, b) for a, b in zip(u.dst.shape, c.shape))):
+            return None
+        if any(r.ref.container is c for ie in u.dst.index_exprs() for r in iter_reads(ie)):
+            return None
+        new = _replace(u.expr, c, e)
+        return None if new is None else Assign(u.dst, new, u.accumulate, u.loc)
+    if isinstance(u, Call) and u.op in _ELEMENT_ONCE and len(e.shape) == len(c.shape) and \
+            all(same_expr(a, b) for a, b in zip(e.shape, c.shape)):
+        inputs = [_replace(x, c, e) for x in u.inputs]
+        if any(x is None for x in inputs):
+            return None
+        return Call(u.op, inputs, u.outputs, u.attrs, u.loc)
+    return None
+
+
+def _replace(x, c, e):
+    if isinstance(x, Read):
+        if x.ref.container is c:
+            return e if x.ref.is_whole() else None
+        if any(r.ref.container is c for ie in x.ref.index_exprs() for r in iter_reads(ie)):
+            return None
+        return x
+    if isinstance(x, Op):
+        args = [_replace(a, c, e) for a in x.args]
+        if any(a is None for a in args):
+            return None
+        return op(x.name, *args)
+    return x
