@@ -16,7 +16,7 @@ from ..errors import UnsupportedError
 from ..ir.core import (Assign, Call, Const, Container, For, If, NewAxis, Op, Pop, Program, Push,
                        broadcast_shapes,
                        Read, Ref, While, data_reads, is_float, iter_reads, same_expr, scalar,
-                       stmt_reads, stmt_writes, walk, I64)
+                       stmt_reads, stmt_writes, walk, I64, same_ref)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
@@ -259,12 +259,15 @@ def _needed_restores(prog, backward, replayed):
     reads, restores = {}, []
     seq = [0]
 
-    def visit(stmts, loops):
-        for st in stmts:
+    paths = {}
+
+    def visit(stmts, loops, path=()):
+        for k, st in enumerate(stmts):
             seq[0] += 1
             here = (seq[0], loops)
             if isinstance(st, _Restore):
                 restores.append((st, here))
+                paths[id(st)] = path + ((stmts, k, None),)
                 continue
             for r in stmt_reads(st):
                 if r.ref.container in forward:
@@ -278,18 +281,19 @@ def _needed_restores(prog, backward, replayed):
                     for r in stmt_reads(t):
                         if r.ref.container in forward and r.ref.container not in written:
                             reads.setdefault(r.ref.container, []).append((seq[0], loops))
-                visit(st.body, loops | {id(st)})
+                visit(st.body, loops | {id(st)}, path + ((stmts, k, st),))
             elif isinstance(st, If):
-                visit(st.then, loops)
-                visit(st.orelse, loops)
+                visit(st.then, loops, path + ((stmts, k, st),))
+                visit(st.orelse, loops, path + ((stmts, k, st),))
 
     visit(backward, frozenset())
+    dead = {id(r) for r, _ in restores if _overwritten_before_read(r, paths[id(r)], replayed)}
     needed = set()
     changed = True
     while changed:
         changed = False
         for r, (at, loops) in restores:
-            if id(r) in needed:
+            if id(r) in needed or id(r) in dead:
                 continue
             if any(later > at or (ls & loops) for later, ls in reads.get(r.ref.container, ())):
                 needed.add(id(r))
@@ -298,6 +302,55 @@ def _needed_restores(prog, backward, replayed):
                     for rd in iter_reads(ie):
                         reads.setdefault(rd.ref.container, []).append((at, loops))
     return needed
+
+
+def _overwritten_before_read(r, path, replayed):
+    """Whether, on every way the backward sweep can continue after restore ``r``, the same
+    region is restored again before anything reads its container (so ``r`` is not needed)."""
+    x = r.ref.container
+    index_deps = {rd.ref.container for ie in r.ref.index_exprs() for rd in iter_reads(ie)}
+
+    def scan(seq, state):
+        for st in seq:
+            if isinstance(st, _Restore):
+                if st.ref.container is x and not state["moved"] and same_ref(st.ref, r.ref):
+                    return True
+                if st.ref.container in index_deps:
+                    state["moved"] = True
+                continue
+            for t in walk([st]):
+                if isinstance(t, _Restore):
+                    if t.ref.container in index_deps:
+                        state["moved"] = True
+                    continue
+                if any(rd.ref.container is x for rd in stmt_reads(t)):
+                    return False
+                if isinstance(t, For) and t.var.name in replayed:
+                    return False
+                if any(w.container in index_deps for w in stmt_writes(t)):
+                    state["moved"] = True
+        return None
+
+    state = {"moved": False}
+    # path: (block, position, owner) from the outermost block to the restore's own block
+    levels = list(path)
+    for depth in range(len(levels) - 1, -1, -1):
+        stmts, k, _ = levels[depth]
+        found = scan(stmts[k + 1:], state)
+        if found is not None:
+            return found
+        owner = levels[depth - 1][2] if depth > 0 else None
+        if isinstance(owner, For):
+            written = {owner.var} | {w.container for t in walk(owner.body) if not isinstance(t, _Restore)
+                                     for w in stmt_writes(t)}
+            wrap = dict(state)
+            if written & index_deps:
+                wrap["moved"] = True
+            found = scan(stmts[:k + 1], wrap)
+            if found is False:
+                return False
+            state["moved"] = state["moved"] or bool(written & index_deps)
+    return True
 
 
 def _first_touch(prog):

@@ -333,11 +333,21 @@ HANDLERS = {
     "NegativeLogLikelihoodLoss": _nll_loss,
 }
 _MULTI = {"Split"}      # handlers that need the number of outputs
+# Shape arithmetic: evaluated at capture time (shapes are fixed per call signature).
+_SHAPE_OPS = {"Constant", "Shape", "Size", "ConstantOfShape", "Range", "Tile", "NonZero"}
+
+
+def _shape_of(b, loc, node, ins, at):
+    x = b.to_expr(ins[0])
+    shape = np.asarray(b.shape(x), dtype=np.int64)
+    if node.op_type == "Size":
+        return np.asarray(shape.prod(), dtype=np.int64)
+    return shape[at.get("start", 0):at.get("end", None)]
 
 
 def supported_ops():
     """The ONNX operators the frontend lowers (shape arithmetic on constants is evaluated as well)."""
-    return sorted(set(HANDLERS) | _MULTI | {"Constant"})
+    return sorted(set(HANDLERS) | _MULTI | _SHAPE_OPS)
 
 
 # ---------------------------------------------------------------- graph -> IR
@@ -423,6 +433,11 @@ class OnnxProgram(ModelProgram):
                 outs = _fold(node, ins, self.model)
             elif node.op_type == "Split":
                 outs = _split(b, loc, ins, at, len(node.output))
+            elif node.op_type in ("Shape", "Size"):
+                outs = [_shape_of(b, loc, node, ins, at)]
+            elif node.op_type not in HANDLERS:
+                raise UnsupportedError(f"{loc}: unsupported {node.op_type} of a computed tensor: flowgrad evaluates "
+                                       f"{node.op_type} only on constants; it supports: {', '.join(supported_ops())}")
             else:
                 try:
                     outs = HANDLERS[node.op_type](b, loc, ins, at)

@@ -1,0 +1,116 @@
+"""flowgrad inside PyTorch: ``flowgrad.torch.function(fn)`` is a ``torch.autograd.Function``.
+
+A NumPy function that flowgrad differentiates (a simulator with loops and in-place updates)
+becomes a differentiable PyTorch operation: the forward pass runs flowgrad's compiled program
+on NumPy views of the tensors' memory (no copy for CPU tensors; flowgrad never writes its
+arguments), and ``loss.backward()`` runs flowgrad's reverse program for the arguments that
+require gradients. Importing this module imports PyTorch; ``import flowgrad`` alone does not.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from . import api
+from .errors import InputError
+
+
+class _Vjp:
+    """``fn`` with one cached flowgrad transform per set of differentiated argument positions."""
+
+    def __init__(self, fn, backend):
+        self.fn, self.backend = fn, backend
+        self.cache = {}
+
+    def __call__(self, args, wrt):
+        """Run the forward pass; returns ``(value, pullback)``, ``pullback(ct)`` giving one
+        gradient per position in ``wrt`` (None when nothing is differentiated)."""
+        if hasattr(self.fn, "_flowgrad_vjp"):          # a program from from_torch / from_onnx
+            value, pull = api.vjp(self.fn, *args, backend=self.backend)
+            return value, (lambda ct: [pull(ct)[0][k] for k in wrt]) if wrt else None
+        if not wrt:
+            f = self.cache.get(()) or self.cache.setdefault((), api.jit(self.fn, backend=self.backend))
+            return f(*args), None
+        t = self.cache.get(wrt)
+        if t is None:
+            t = self.cache[wrt] = api._Transform(self.fn, wrt, self.backend or api.DEFAULT_BACKEND, "reverse")
+        entry = t.compiled(args)
+        value, pull = entry.func(*entry.call_args(args))
+        used = [False]
+
+        def pullback(ct):
+            nonlocal pull
+            if used[0]:        # a second backward (retain_graph=True): run the forward sweep again
+                _, pull = entry.func(*entry.call_args(args))
+            used[0] = True
+            ct = np.asarray(ct, dtype=entry.result.dtype)
+            return list(pull(ct if ct.ndim else ct.item()))
+        return value, pullback
+
+
+def _to_numpy(a):
+    if isinstance(a, torch.Tensor):
+        if a.is_complex():
+            raise InputError("flowgrad.torch.function: complex tensors are not supported")
+        a = a.detach()
+        return a.item() if a.dim() == 0 else a.cpu().numpy()   # a view of the tensor's memory
+    return a
+
+
+def _to_tensor(value, device):
+    arr = np.asarray(value)
+    if not arr.flags.writeable or any(s < 0 for s in arr.strides):
+        arr = np.array(arr)
+    return torch.from_numpy(arr).to(device)
+
+
+class _Apply(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, vjp, wrt, *args):
+        value, ctx.pullback = vjp([_to_numpy(a) for a in args], wrt)
+        ctx.wrt, ctx.nargs = wrt, len(args)
+        ctx.meta = {k: (args[k].shape, args[k].dtype, args[k].device) for k in wrt}
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        return _to_tensor(value, device)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        grads = [None] * ctx.nargs
+        for k, g in zip(ctx.wrt, ctx.pullback(grad_out.detach().cpu().numpy())):
+            shape, dtype, device = ctx.meta[k]
+            grads[k] = torch.as_tensor(np.asarray(g)).reshape(shape).to(dtype=dtype, device=device)
+        return (None, None) + tuple(grads)
+
+
+def function(fn, backend=None):
+    """Wrap a flowgrad-differentiable function as a PyTorch operation.
+
+    Args:
+      fn: a Python function using NumPy (loops, in-place updates, views, branches) returning one
+        array or float, or a program from ``flowgrad.from_torch`` / ``flowgrad.from_onnx``.
+      backend: the flowgrad backend (default: flowgrad's default).
+
+    Returns:
+      ``f(*args)``: takes tensors (and Python numbers), returns a tensor. Gradients flow to
+      every floating-point tensor argument that requires grad, through flowgrad's reverse
+      program, so ``loss.backward()`` works as for any PyTorch operation.
+
+    Example:
+      >>> sim = flowgrad.torch.function(simulate)           # simulate(u0, kappa, steps) in NumPy
+      >>> loss = sim(net(x), kappa, 100).square().mean()     # doctest: +SKIP
+      >>> loss.backward()                                     # doctest: +SKIP
+    """
+    vjp = _Vjp(fn, backend)
+
+    @functools.wraps(fn)
+    def apply(*args):
+        wrt = tuple(k for k, a in enumerate(args)
+                    if isinstance(a, torch.Tensor) and a.requires_grad and a.is_floating_point())
+        return _Apply.apply(vjp, wrt, *args)
+    return apply
+
+
+__all__ = ["function"]
