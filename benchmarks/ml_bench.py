@@ -196,6 +196,20 @@ def bench_model(name, module, inputs, backends, budget):
     return row
 
 
+def keep_heap():
+    """Ask glibc to keep freed memory instead of returning it to the OS after every step (for the
+    whole process, so for both frameworks). A training step allocates and frees tens of MB; with
+    the default trimming, every step page-faults the memory back in, which on some machines costs
+    more than the arithmetic. Returns False where it is unavailable (not glibc)."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(libc.mallopt(m_trim_threshold, 1 << 30) and libc.mallopt(m_mmap_threshold, 1 << 30))
+
+
 def main(argv=None):
     import flowgrad.api
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -205,20 +219,25 @@ def main(argv=None):
     parser.add_argument("--size", default="bench", choices=sorted(SIZES))
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed steps per measurement")
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
+    parser.add_argument("--keep-heap", action="store_true", help="keep freed memory in the process (glibc mallopt; "
+                        "both frameworks): no page faults from re-growing the heap every step")
     args = parser.parse_args(argv)
+    if args.keep_heap and not keep_heap():
+        print("--keep-heap: mallopt is not available here; running with the default allocator")
     if args.threads:
         torch.set_num_threads(args.threads)
     backends = [b for b in args.backends.split(",") if b]
     wanted = set(filter(None, args.models.split(",")))
     if args.threads == 1:
-        try:                # NumPy's BLAS on one thread too (else set OPENBLAS_NUM_THREADS=1)
+        try:                # every BLAS on one thread too: NumPy's, and SciPy's that Numba calls
+            import scipy.linalg.cython_blas  # noqa: F401 - load it before limiting
             from threadpoolctl import threadpool_limits
             threadpool_limits(1)
         except ImportError:
-            pass
+            print("threadpoolctl is missing: set OPENBLAS_NUM_THREADS=1 for single-thread BLAS")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; numpy {np.__version__}; "
           f"size={args.size}; medians of one training step (forward + backward), "
-          f"{'thread CPU time' if args.threads == 1 else 'wall time'}")
+          f"{'thread CPU time' if args.threads == 1 else 'wall time'}{'; heap kept' if args.keep_heap else ''}")
     head = f"{'model':14s} {'torch eager':>12s}" + "".join(f" {b:>12s} {'ratio':>7s} {'1st call':>9s}"
                                                              for b in backends)
     print(head)

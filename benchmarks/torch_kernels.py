@@ -6,8 +6,12 @@ tensors, integer scalars as Python ints). They are written as a PyTorch user wou
 them to get ``loss.backward()`` to work: the loops stay Python loops, leaf inputs are cloned
 once before an in-place update, and a value that autograd saved is never overwritten in place
 (that raises "modified by an inplace operation"), so such updates become out-of-place
-(``x = x - ...``) or go through lists of rows. ``python -m benchmarks.run --check`` verifies
-every twin's value against the NumPy kernel and its gradient against flowgrad's.
+(``x = x - ...``) or go through lists of rows. Row loops iterate over the tensor
+(``for row in A``, which is ``A.unbind(0)``) instead of indexing ``A[i, :]``: the backward of
+each index op materialises a zero gradient the size of all of ``A``, which turns a row loop
+quadratic (atax's backward took 15 s that way), and PyTorch users learn to avoid it.
+``python -m benchmarks.run --check`` verifies every twin's value against the NumPy kernel and
+its gradient against flowgrad's.
 """
 import math
 
@@ -91,66 +95,60 @@ def hdiff(in_field, coeff):
 
 
 def gemm(alpha, beta, C, A, B):
-    ni, nk = A.shape
-    C = C.clone()
-    for i in range(ni):
-        C[i, :] *= beta
-        for k in range(nk):
-            C[i, :] += alpha * A[i, k] * B[k, :]
+    B_rows = B.unbind(0)
+    rows = []
+    for c_i, a_i in zip(C, A):
+        c_i = c_i * beta
+        for a_ik, b_k in zip(a_i, B_rows):
+            c_i = c_i + alpha * a_ik * b_k
+        rows.append(c_i)
+    C = torch.stack(rows)
     return torch.sum(C * C) / (C.shape[0] * C.shape[1])
 
 
 def atax(A, x):
     m, n = A.shape
     y = torch.zeros(n, dtype=A.dtype)
-    for i in range(m):
-        t = A[i, :] @ x                 # the NumPy kernel keeps these in tmp[i]
-        y += A[i, :] * t
+    for a_i in A:
+        t = a_i @ x                     # the NumPy kernel keeps these in tmp[i]
+        y += a_i * t
     return torch.sum(y * y) / n
 
 
 def gemver(alpha, beta, A, u1, v1, u2, v2, w, x, y, z):
     n = A.shape[0]
-    A, w, x = A.clone(), w.clone(), x.clone()
-    for i in range(n):
-        A[i, :] += u1[i] * v1 + u2[i] * v2
-    for i in range(n):
-        x += beta * A[i, :] * y[i]
+    rows = []                           # the rows of A after the rank-2 update
+    for a_i, u1_i, u2_i in zip(A, u1, u2):
+        rows.append(a_i + (u1_i * v1 + u2_i * v2))
+    x = x.clone()
+    for a_i, y_i in zip(rows, y):
+        x += beta * a_i * y_i
     x += z
-    for i in range(n):
-        w[i] += alpha * (A[i, :] @ x)
+    w = torch.stack([w_i + alpha * (a_i @ x) for w_i, a_i in zip(w, rows)])
     return torch.sum(w * w) / n + torch.sum(x * x) / n
 
 
 def k3mm(A, B, C, D):
     ni = A.shape[0]
-    nj = B.shape[1]
     nl = D.shape[1]
-    E = torch.zeros((ni, nj), dtype=A.dtype)
-    F = torch.zeros((nj, nl), dtype=A.dtype)
-    G = torch.zeros((ni, nl), dtype=A.dtype)
-    for i in range(ni):
-        E[i, :] = A[i, :] @ B
-    for i in range(nj):
-        F[i, :] = C[i, :] @ D
-    for i in range(ni):
-        G[i, :] = E[i, :] @ F
+    E = torch.stack([a_i @ B for a_i in A])
+    F = torch.stack([c_i @ D for c_i in C])
+    G = torch.stack([e_i @ F for e_i in E])
     return torch.sum(G * G) / (ni * nl)
 
 
 def cholesky(A):
     # In place on A (as the NumPy kernel does) autograd refuses: each dot product saves rows of A
     # that later iterations overwrite. So the factor is built as a list of rows.
-    n = A.shape[0]
     L = []                                       # L[j]: row j of the factor, length j + 1
-    for i in range(n):
+    for i, a_i in enumerate(A):
         row = []
         for j in range(i):
-            s = A[i, j]
+            s = a_i[j]
             if j:
                 s = s - torch.stack(row) @ L[j][:j]
             row.append(s / L[j][j])
-        d = A[i, i]
+        d = a_i[i]
         if i:
             done = torch.stack(row)
             d = d - done @ done
@@ -160,13 +158,12 @@ def cholesky(A):
 
 
 def trisolv(L, b):
-    n = L.shape[0]
     x = []                                       # x[i] is written once, so a list of scalars
-    for i in range(n):
-        s = b[i]
+    for i, (l_i, b_i) in enumerate(zip(L, b)):
+        s = b_i
         for j in range(i):
-            s = s - L[i, j] * x[j]
-        x.append(s / L[i, i])
+            s = s - l_i[j] * x[j]
+        x.append(s / l_i[i])
     x = torch.stack(x)
     return torch.sum(x * x) + torch.sum(x)
 
@@ -209,11 +206,11 @@ def softmax(x, w):
 
 
 def logsumexp(X, w):
-    m, n = X.shape
-    rows = torch.zeros(m, dtype=X.dtype)
-    for i in range(m):
-        mx = torch.max(X[i, :])
-        rows[i] = mx + torch.log(torch.sum(torch.exp(X[i, :] - mx)))
+    rows = []
+    for x_i in X:
+        mx = torch.max(x_i)
+        rows.append(mx + torch.log(torch.sum(torch.exp(x_i - mx))))
+    rows = torch.stack(rows)
     cmax = torch.amax(X, dim=0, keepdim=True)
     cols = cmax + torch.log(torch.sum(torch.exp(X - cmax), dim=0, keepdim=True))
     return torch.sum(rows * w) + torch.mean(cols)
@@ -238,11 +235,11 @@ def conv2d_bias(x, w, bias):
     Ho = H - K + 1
     Wo = W - K + 1
     wm = w.reshape(K * K * C, F)
-    out = torch.empty((N, Ho, Wo, F), dtype=x.dtype)
+    pixels = []                         # out[:, i, j, :] for (i, j) in row-major order
     for i in range(Ho):
         for j in range(Wo):
-            out[:, i, j, :] = x[:, i:i + K, j:j + K, :].reshape(N, K * K * C) @ wm
-    out += bias
+            pixels.append(x[:, i:i + K, j:j + K, :].reshape(N, K * K * C) @ wm)
+    out = torch.stack(pixels, dim=1).reshape(N, Ho, Wo, F) + bias
     return torch.sum(torch.tanh(out)) / (N * Ho * Wo * F)
 
 

@@ -425,7 +425,7 @@ def _lower_conv_grad_input(low, s, ind):
              f"{rk}))", ind)
     low.line(f"{gcols} = np.empty(({groups}, {rk}, {n * _prod(out)}), dtype={dt})", ind)
     low.line(f"for {gi} in range({groups}):", ind)
-    low.line(f"{gcols}[{gi}] = np.dot({w2}[{gi}].T, {rows}[{gi}])", ind + 1)
+    low.line(f"{gcols}[{gi}] = np.dot(np.ascontiguousarray({w2}[{gi}].T), {rows}[{gi}])", ind + 1)
     _alloc(low, c, ind)
     names, inner = low.nest(c.shape, ind, "z")
     low.line(f"{c.name}[{', '.join(names)}] = 0.0", inner)
@@ -660,17 +660,14 @@ class NNBuilder:
         return self._consts[key][0]
 
     def captured(self, result, values_of):
-        """The ``Captured`` record; ``values_of(source, call_args)`` gives one argument's value."""
+        """The ``Captured`` record; ``values_of(sources, call_args)`` gives the arguments' values."""
         e = self.to_expr(result)
         if not isinstance(e, Read) or e.ref.container.kind == "arg" or not e.ref.is_whole() and e.shape:
             e = self.materialize(e, "result")
         res = e.ref.container
         sources = list(self.sources)
-
-        def inputs(call_args):
-            return [values_of(src, call_args) for src in sources]
         return Captured(self.name, self.params, self.body, res, self.containers, self.namer,
-                        self.arg_containers, inputs)
+                        self.arg_containers, lambda call_args: values_of(sources, call_args))
 
     # ------------------------------------------------------------ values, shapes, views
 
@@ -1081,13 +1078,19 @@ class ModelProgram:
         """The current parameter values, by name."""
         return {n: np.asarray(self._param_value(n)) for n in self.param_names}
 
-    def _values_of(self, source, call_args):
-        kind, what = source
-        if kind == "input":
-            return self._arrays(call_args)[what]
-        if kind == "param":
-            return self._param_value(what)
-        return what      # a constant or a fixed buffer value
+    def _values_of(self, sources, call_args):
+        arrays = self._arrays(call_args)
+        out = []
+        for kind, what in sources:
+            if kind == "input":
+                out.append(arrays[what])
+            elif kind == "param":
+                out.append(self._param_value(what))
+            elif kind == "live":
+                out.append(what())          # a buffer, read now
+            else:
+                out.append(what)            # a constant
+        return out
 
     def _flowgrad_capture(self, args):
         b, result = self._build(self._arrays(args))
@@ -1108,6 +1111,8 @@ class ModelProgram:
                     tuple("param:" + n for n in self.param_names)
             entry = api._Compiled(self, arrays, wrt, backend, mode)
             entry.wrt_names = wrt
+            entry.layouts = {n: (tuple(int(const_value(d)) for d in c.shape), c.dtype)
+                             for n, c in entry.cap.arg_containers.items()}
             self._entries[key] = entry
         return entry, arrays
 
@@ -1135,14 +1140,12 @@ class ModelProgram:
                 _, pull = entry.func(*entry.call_args(arrays))
             used[0] = True
             grads = dict(zip(entry.wrt_names, pull(ct if ct.ndim else ct.item())))
-            shapes = {n: a for n, a in zip(self.input_names, arrays)}
-            ins = tuple(np.asarray(grads[n], dtype=shapes[n].dtype).reshape(shapes[n].shape) if n in grads else None
-                        for n in self.input_names)
-            params = {}
-            for n in self.param_names:
-                p = np.asarray(self._param_value(n))
-                params[n] = np.asarray(grads["param:" + n], dtype=p.dtype).reshape(p.shape)
-            return ins, params
+
+            def shaped(name):
+                shape, dtype = entry.layouts[name]
+                return np.asarray(grads[name], dtype=dtype).reshape(shape)
+            ins = tuple(shaped(n) if n in grads else None for n in self.input_names)
+            return ins, {n: shaped("param:" + n) for n in self.param_names}
         return value, pullback
 
     def source(self, *inputs, backend=None, mode="reverse"):

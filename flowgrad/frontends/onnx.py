@@ -142,6 +142,14 @@ def _layer_norm(b, loc, ins, at):
                          at.get("epsilon", 1e-5)), None, None]
 
 
+def _instance_norm(b, loc, ins, at):
+    x = b.to_expr(ins[0])
+    nd = len(x.shape)
+    y = b.layer_norm(x, nd - 2, None, None, at.get("epsilon", 1e-5))
+    per_channel = (slice(None),) + (None,) * (nd - 2)
+    return y * b.view(ins[1], per_channel) + b.view(ins[2], per_channel)
+
+
 def _softmax(log):
     def handler(b, loc, ins, at):
         axis = at.get("axis", -1)
@@ -204,6 +212,17 @@ def _gather(b, loc, ins, at):
         return b.view(x, (slice(None),) * axis + (int(idx),))
     from . import indexing
     return indexing.getitem(b, b.whole(x), (slice(None),) * axis + (b.whole(b.to_expr(idx), "idx"),), loc)
+
+
+def _gather_nd(b, loc, ins, at):
+    if at.get("batch_dims", 0):
+        raise UnsupportedError(f"{loc}: unsupported GatherND with batch_dims")
+    x, idx = b.to_expr(ins[0]), ins[1]
+    depth = np.shape(idx)[-1] if isinstance(idx, np.ndarray) else b.shape(b.to_expr(idx))[-1]
+    parts = tuple(np.ascontiguousarray(idx[..., j]) if isinstance(idx, np.ndarray) else
+                  b.whole(b.view(idx, (Ellipsis, j)), "idx") for j in range(depth))
+    from . import indexing
+    return indexing.getitem(b, b.whole(x), parts, loc)
 
 
 def _split(b, loc, ins, at, nout):
@@ -323,11 +342,12 @@ HANDLERS = {
     "MatMul": lambda b, loc, ins, at: b.matmul(ins[0], ins[1]), "Gemm": _gemm, "Conv": _conv,
     "MaxPool": _pool("max"), "AveragePool": _pool("avg"), "GlobalAveragePool": _global_pool("avg"),
     "GlobalMaxPool": _global_pool("max"), "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
+    "InstanceNormalization": _instance_norm,
     "Softmax": _softmax(False), "LogSoftmax": _softmax(True), "Reshape": _reshape, "Flatten": _flatten,
     "Transpose": lambda b, loc, ins, at: b.permute(ins[0], at.get("perm") or
                                                    list(reversed(range(len(b.to_expr(ins[0]).shape))))),
     "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Concat": lambda b, loc, ins, at: b.concat(ins, at["axis"]),
-    "Slice": _slice, "Gather": _gather, "Expand": _expand, "ReduceSum": _reduce("sum"),
+    "Slice": _slice, "Gather": _gather, "GatherND": _gather_nd, "Expand": _expand, "ReduceSum": _reduce("sum"),
     "ReduceMean": _reduce("mean"), "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"),
     "ReduceProd": _reduce("prod"), "Einsum": _einsum, "SoftmaxCrossEntropyLoss": _ce_loss,
     "NegativeLogLikelihoodLoss": _nll_loss,

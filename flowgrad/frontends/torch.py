@@ -853,7 +853,8 @@ class TorchProgram(ModelProgram):
             raise FlowgradError(f"flowgrad.from_torch takes a torch.nn.Module, not {type(module).__name__}")
         self.module = module
         self._exports = {}
-        self.param_names = [n for n, _ in module.named_parameters()]
+        self._params = dict(module.named_parameters())
+        self.param_names = list(self._params)
         arrays = [self._as_array(a) for a in example_inputs]
         ep = self._export(arrays)
         from torch.export.graph_signature import InputKind
@@ -879,15 +880,14 @@ class TorchProgram(ModelProgram):
         return _Converter(self, self._export(args)).run(args)
 
     def _param_value(self, name):
-        return self.module.get_parameter(name).detach().cpu().numpy()
+        # the module's Parameter objects (optimisers update them in place), read on every call
+        p = self._params.get(name)
+        if p is None:
+            p = self._params[name] = self.module.get_parameter(name)
+        return p.detach().cpu().numpy()
 
     def _buffer_value(self, name):
         return self.module.get_buffer(name).detach().cpu().numpy()
-
-    def _values_of(self, source, call_args):
-        if source[0] == "live":
-            return source[1]()
-        return super()._values_of(source, call_args)
 
 
 def from_torch(module, *example_inputs, backend=None):
