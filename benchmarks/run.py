@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import gc
 import importlib.metadata
 import inspect
@@ -318,8 +319,8 @@ def bench_kernel(name, ctx):
     mod = kernels.load(name)
     args = mod.args(ctx.size, seed=0)
     timer = ctx.timer(mod, name)
-    make = lambda: fresh(args)  # noqa: E731
-    entry = {"doc": (mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else "",
+    make = functools.partial(fresh, args)
+    entry = {"doc": (mod.__doc__ or "").strip().split("\n")[0],
              "wrt": list(mod.WRT), "arg_shapes": [list(a.shape) if isinstance(a, np.ndarray) else repr(a)
                                                   for a in args],
              "numpy": {}, "flowgrad": {}, "jax": None, "torch": None, "errors": []}
@@ -339,7 +340,7 @@ def bench_kernel(name, ctx):
     for backend in ctx.backends:
         res = entry["flowgrad"][backend] = {}
         try:
-            res["first_call_fwd_s"], fwd, _ = first_call(lambda: flowgrad.jit(mod.kernel, backend=backend), make)
+            res["first_call_fwd_s"], fwd, _ = first_call(functools.partial(flowgrad.jit, mod.kernel, backend=backend), make)
             res["fwd"], fvalue = timer.run(fwd, make)
             if value is not None:
                 res["fwd_rel_error"] = relative_error(fvalue, value)
@@ -348,7 +349,7 @@ def bench_kernel(name, ctx):
             entry["errors"].append(f"flowgrad[{backend}] forward: {_error_text(exc)}")
         try:
             res["first_call_grad_s"], g, _ = first_call(
-                lambda: flowgrad.grad(mod.kernel, wrt=mod.WRT, backend=backend), make)
+                functools.partial(flowgrad.grad, mod.kernel, wrt=mod.WRT, backend=backend), make)
             res["grad"], grads = timer.run(g, make)
             res["grad_peak_bytes"] = peak_memory(g, make)
             if reference is None:

@@ -36,7 +36,7 @@ from .backends.numpy import dtype_src
 from .errors import FlowgradError, InputError, UnsupportedError
 from .frontends import Captured, indexing, numpy_api
 from .frontends.python import Namer
-from .ir.core import (Assign, Call, Const, Container, Expr, NewAxis, Read, Ref, const_value, op)
+from .ir.core import Assign, Call, Const, Container, Expr, Read, Ref, const_value, op
 
 # ================================================================ NumPy helpers (``_rt.nn.<name>``)
 
@@ -163,7 +163,7 @@ def pool_grad(g, x, y, mode, kernel, stride, padding, dilation):
             acc[where] += g
         else:
             hit = (xp[where] == y) & open_
-            acc[where] += np.where(hit, g, 0)
+            acc[where] += g * hit
             open_ &= ~hit
     return _crop(acc, size, padding)
 
@@ -224,10 +224,19 @@ def _vjp_erf(ctx, call, gouts):
     return ctx.accumulate(x, Read(Ref(g)) * (2.0 / math.sqrt(math.pi)) * op("exp", -(x * x)))
 
 
-# The adjoint of an activation, from its saved output y: nothing is recomputed.
-_ACTIVATION_PARTIAL = {"tanh": lambda y: 1.0 - y * y, "sigmoid": lambda y: y * (1.0 - y), "exp": lambda y: y}
-_ACTIVATION_NUMPY = {"tanh": "np.tanh({})", "sigmoid": "_rt.nn.sigmoid({})", "exp": "np.exp({})"}
-_ACTIVATION_NATIVE = {"tanh": "np.tanh({})", "sigmoid": "(0.5 * np.tanh(0.5 * {}) + 0.5)", "exp": "np.exp({})"}
+def _positive(y):
+    """1 where y > 0, else 0, in y's dtype (a product with a mask: np.where is slow on random masks)."""
+    return op("float32" if y.dtype == np.float32 else "float64", op("greater", y, 0))
+
+
+# The adjoint of an activation, from its saved output y: nothing is recomputed. ReLU's is 0 at 0,
+# as in PyTorch.
+_ACTIVATION_PARTIAL = {"tanh": lambda y: 1.0 - y * y, "sigmoid": lambda y: y * (1.0 - y), "exp": lambda y: y,
+                       "relu": _positive}
+_ACTIVATION_NUMPY = {"tanh": "np.tanh({})", "sigmoid": "_rt.nn.sigmoid({})", "exp": "np.exp({})",
+                     "relu": "np.maximum({}, 0)"}
+_ACTIVATION_NATIVE = {"tanh": "np.tanh({})", "sigmoid": "(0.5 * np.tanh(0.5 * {}) + 0.5)", "exp": "np.exp({})",
+                      "relu": "max({}, 0.0)"}
 
 
 def _vjp_activation(ctx, call, gouts):
@@ -291,7 +300,7 @@ NN_CALLS = {
         doc="maximum treated as a constant (the shift of a stable softmax, exact there)"),
     "activation": rules.CallRule(
         lambda i, a: _ACTIVATION_NUMPY[a["fn"]].format(i[0]), _vjp_activation,
-        doc="tanh / sigmoid / exp whose adjoint reads the saved output (nothing recomputed)"),
+        doc="relu / tanh / sigmoid / exp whose adjoint reads the saved output (nothing recomputed)"),
     "erf": rules.CallRule(lambda i, a: f"_rt.nn.erf({i[0]})", _vjp_erf, doc="error function (GELU)"),
     "stop_gradient": rules.CallRule(lambda i, a: f"np.array({i[0]})", _no_vjp,
                                     doc="copy whose derivative is zero (detach)"),
@@ -786,11 +795,10 @@ class NNBuilder:
     # ------------------------------------------------------------ activations
 
     def relu(self, x):
-        x = self.read(x)
-        return op("where", op("greater", x, 0), x, 0.0)
+        return self.activation("relu", x)
 
     def activation(self, fn, x):
-        """tanh, sigmoid or exp into memory; the adjoint reads the result instead of recomputing it."""
+        """relu, tanh, sigmoid or exp into memory; the adjoint reads the result instead of recomputing it."""
         x = self.read(x)
         return self.call("activation", [x], self.shape(x), x.dtype, {"fn": fn}, hint=fn)
 

@@ -159,6 +159,8 @@ def _vjp_matmul(ctx, call, gouts):
         elif nb == 1:     # (..., n, k) @ (k,): gb = sum over batch and n of a * g[..., None]
             contrib = a * Read(Ref(g, list(Ref(g).items) + [NewAxis()]))
             stmts += ctx.accumulate(b, contrib)
+        elif nb == 2:     # (..., n, k) @ (k, m): gb = a.reshape(-1, k).T @ g.reshape(-1, m), one GEMM
+            stmts += ctx.via_temp(b, "matmul_tn_flat", [a, gb], shape=b.shape)
         else:
             stmts += ctx.via_temp(b, "matmul", [_swap_last(a), gb], shape=g.shape[:-2] + b.shape[-2:])
     return stmts
@@ -302,6 +304,9 @@ CALLS = {
     "matmul": CallRule(lambda i, a: f"np.matmul({i[0]}, {i[1]})", _vjp_matmul,
                        flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
                        doc="matrix product (BLAS)"),
+    "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})",
+                               flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
+                               doc="sum over leading axes of a[..., :, :].T @ g[..., :, :] (one GEMM)"),
     "solve": CallRule(lambda i, a: f"np.linalg.solve({i[0]}, {i[1]})", _vjp_solve,
                       flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]),
                       doc="linear solve (LAPACK)"),

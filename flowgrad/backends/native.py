@@ -387,10 +387,23 @@ def _operand_array(low, e, ind):
     return tmp
 
 
+def _lower_matmul_tn_flat(low, s, ind):
+    a, g = s.inputs
+    c = s.outputs[0]
+    sa, sg = _operand_array(low, a, ind), _operand_array(low, g, ind)
+    low.line(f"{c.name} = np.dot(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T, "
+             f"np.ascontiguousarray({sg}).reshape(-1, {low.src(g.shape[-1])}))", ind)
+
+
 def _lower_matmul(low, s, ind):
     a, b = s.inputs
     c = s.outputs[0]
     sa, sb = _operand_array(low, a, ind), _operand_array(low, b, ind)
+    if len(a.shape) > 2 and len(b.shape) == 2:
+        # (..., n, k) @ (k, m): one GEMM over the flattened leading axes
+        low.line(f"{c.name} = np.dot(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}), "
+                 f"np.ascontiguousarray({sb})).reshape({low.shape_tuple(c.shape)})", ind)
+        return
     if len(a.shape) <= 2 and len(b.shape) <= 2:
         if c.ndim == 0:
             low.line(f"{c.name} = np.float64(np.dot({sa}, {sb}))", ind)
@@ -691,6 +704,7 @@ CALL_LOWERING = {
     "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
     "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
     "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
+    "matmul_tn_flat": _lower_matmul_tn_flat,
     "reshape": _lower_reshape, "cumsum": _lower_cumsum, "triu": _lower_tri, "tril": _lower_tri,
     "einsum": _lower_einsum, "einsum_vjp": _lower_einsum_vjp, "eye": _lower_eye, "arange": _lower_arange,
     "gather": _lower_gather, "gather_last": _lower_gather_last, "add_at": _lower_add_at,

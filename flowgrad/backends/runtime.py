@@ -62,3 +62,9 @@ def einsum_vjp(subscripts, k, g, *operands):
     grids = np.indices(tuple(size[c] for c in unique), sparse=True)
     out[tuple(grids[unique.index(c)] for c in target)] = part
     return out
+
+
+def matmul_tn_flat(a, g):
+    """Sum over all leading axes of ``a[..., :, :].T @ g[..., :, :]``: one (k x rows) @ (rows x m) GEMM."""
+    a, g = np.asarray(a), np.asarray(g)
+    return np.reshape(a, (-1, a.shape[-1])).T @ np.reshape(g, (-1, g.shape[-1]))

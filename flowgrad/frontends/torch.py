@@ -493,50 +493,70 @@ def _no_op(b, *args, **kw):
     return None
 
 
+def _rsub(b, input, other, alpha=1, **_):
+    return op("subtract", b.to_expr(other), b.to_expr(input) * alpha if alpha != 1 else b.to_expr(input))
+
+
+def _method(name, *fixed):
+    """A handler calling ``NNBuilder.<name>(input, *fixed)``."""
+    return lambda b, input, **_: getattr(b, name)(input, *fixed)
+
+
+def _max(b, input, dim=None, keepdim=False, **_):
+    return b.reduce("max", input) if dim is None else _max_dim(b, input, dim, keepdim)
+
+
+def _mish(b, input, **_):
+    x = b.read(input)
+    return x * op("tanh", b.softplus(x))
+
+
+def _cat(b, tensors, dim=0, **_):
+    return b.concat(tensors, dim)
+
+
+def _split_with_sizes(b, input, split_sizes, dim=0, **_):
+    return _split(b, input, list(split_sizes), dim)
+
+
 HANDLERS = {
     # arithmetic and elementwise functions
-    "add": _binary("add"), "sub": _binary("subtract"), "mul": _binary("multiply"), "div": _div,
-    "true_divide": _binary("divide"), "rsub": lambda b, input, other, alpha=1, **_: _binary("subtract")(
-        b, other, input, alpha) if alpha == 1 else op("subtract", b.to_expr(other), b.to_expr(input) * alpha),
-    "pow": _pow, "neg": _unary("negative"), "exp": _unary("exp"), "log": _unary("log"),
-    "log1p": _unary("log1p"), "expm1": _unary("expm1"), "log2": _unary("log2"), "sqrt": _unary("sqrt"),
-    "rsqrt": lambda b, input, **_: 1.0 / op("sqrt", b.to_expr(input)), "abs": _unary("abs"),
-    "reciprocal": lambda b, input, **_: 1.0 / b.to_expr(input), "square": _unary("square"),
-    "sin": _unary("sin"), "cos": _unary("cos"), "tan": _unary("tan"), "tanh": lambda b, input, **_: b.activation("tanh", input),
-    "sign": _unary("sign"), "floor": _unary("floor"), "ceil": _unary("ceil"), "round": _unary("round"),
-    "erf": lambda b, input, **_: b.erf(input), "maximum": _binary("maximum"), "minimum": _binary("minimum"),
-    "clamp": _clamp, "clip": _clamp, "clamp_min": lambda b, input, min, **_: _clamp(b, input, min=min),
+    "add": _binary("add"), "sub": _binary("subtract"), "rsub": _rsub, "mul": _binary("multiply"), "div": _div,
+    "true_divide": _binary("divide"), "pow": _pow, "neg": _unary("negative"), "exp": _unary("exp"),
+    "log": _unary("log"), "log1p": _unary("log1p"), "expm1": _unary("expm1"), "log2": _unary("log2"),
+    "sqrt": _unary("sqrt"), "rsqrt": lambda b, input, **_: 1.0 / op("sqrt", b.to_expr(input)),
+    "abs": _unary("abs"), "reciprocal": lambda b, input, **_: 1.0 / b.to_expr(input), "square": _unary("square"),
+    "sin": _unary("sin"), "cos": _unary("cos"), "tan": _unary("tan"), "sign": _unary("sign"),
+    "floor": _unary("floor"), "ceil": _unary("ceil"), "round": _unary("round"), "erf": _method("erf"),
+    "maximum": _binary("maximum"), "minimum": _binary("minimum"), "clamp": _clamp, "clip": _clamp,
+    "clamp_min": lambda b, input, min, **_: _clamp(b, input, min=min),
     "clamp_max": lambda b, input, max, **_: _clamp(b, input, max=max), "where": _where,
     "masked_fill": _masked_fill, "eq": _binary("equal"), "ne": _binary("not_equal"), "lt": _binary("less"),
     "le": _binary("less_equal"), "gt": _binary("greater"), "ge": _binary("greater_equal"),
     "logical_not": _unary("logical_not"), "logical_and": _binary("logical_and"),
     "logical_or": _binary("logical_or"), "bitwise_not": _unary("logical_not"),
     # activations
-    "relu": lambda b, input, **_: b.relu(input), "sigmoid": lambda b, input, **_: b.sigmoid(input),
-    "silu": lambda b, input, **_: b.silu(input),
-    "gelu": lambda b, input, approximate="none", **_: b.gelu(input, approximate),
+    "relu": _method("relu"), "sigmoid": _method("sigmoid"), "tanh": lambda b, input, **_: b.activation("tanh", input),
+    "silu": _method("silu"), "gelu": lambda b, input, approximate="none", **_: b.gelu(input, approximate),
     "hardtanh": _hardtanh, "relu6": lambda b, input, **_: _hardtanh(b, input, 0.0, 6.0),
     "leaky_relu": _leaky_relu, "elu": _elu, "softplus": _softplus, "hardsigmoid": _hardsigmoid,
-    "hardswish": _hardswish, "mish": lambda b, input, **_: b.read(input) * op("tanh", b.softplus(b.read(input))),
+    "hardswish": _hardswish, "mish": _mish,
     # reductions
     "sum": _reduction("sum"), "mean": _reduction("mean"), "prod": _reduction("prod"), "amax": _amax("max"),
-    "amin": _amax("min"), "max": lambda b, input, dim=None, keepdim=False, **_: b.reduce("max", input) if
-    dim is None else _max_dim(b, input, dim, keepdim), "argmax": _argmax, "var": _var, "std": _std,
-    "logsumexp": _logsumexp, "linalg_vector_norm": _vector_norm,
+    "amin": _amax("min"), "max": _max, "argmax": _argmax, "var": _var, "std": _std, "logsumexp": _logsumexp,
+    "linalg_vector_norm": _vector_norm,
     # shapes and views
     "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _flatten, "unflatten": _unflatten,
     "permute": lambda b, input, dims, **_: b.permute(input, _ints(dims)), "transpose": _transpose, "t": _t,
     "unsqueeze": lambda b, input, dim, **_: b.unsqueeze(input, dim), "squeeze": _squeeze, "select": _select,
-    "slice": _slice, "narrow": _narrow, "expand": _expand, "repeat": _repeat, "cat": lambda b, tensors, dim=0, **_:
-    b.concat(tensors, dim), "concat": lambda b, tensors, dim=0, **_: b.concat(tensors, dim), "stack": _stack,
-    "split": _split, "split_with_sizes": lambda b, input, split_sizes, dim=0, **_: _split(b, input,
-                                                                                         list(split_sizes), dim),
-    "chunk": _chunk, "unbind": _unbind, "broadcast_tensors": _broadcast_tensors, "contiguous": _identity, "clone": _identity, "alias": _identity,
-    "detach": lambda b, input, **_: b.stop_gradient(input), "lift_fresh_copy": _identity,
-    "_to_copy": _to_copy, "to": _to_copy, "type_as": lambda b, input, other, **_: b.cast(input, other.dtype),
-    "index": _index, "index_select": _index_select, "_local_scalar_dense": _item, "item": _item,
-    "zeros_like": _like(0), "ones_like": _like(1), "full_like": _like(None), "tril": _tri("tril"),
-    "triu": _tri("triu"), "cumsum": _cumsum, "einsum": _einsum,
+    "slice": _slice, "narrow": _narrow, "expand": _expand, "repeat": _repeat, "cat": _cat, "concat": _cat,
+    "stack": _stack, "split": _split, "split_with_sizes": _split_with_sizes, "chunk": _chunk, "unbind": _unbind,
+    "broadcast_tensors": _broadcast_tensors, "contiguous": _identity, "clone": _identity, "alias": _identity,
+    "detach": _method("stop_gradient"), "lift_fresh_copy": _identity, "_to_copy": _to_copy, "to": _to_copy,
+    "type_as": lambda b, input, other, **_: b.cast(input, other.dtype), "index": _index,
+    "index_select": _index_select, "_local_scalar_dense": _item, "item": _item, "zeros_like": _like(0),
+    "ones_like": _like(1), "full_like": _like(None), "tril": _tri("tril"), "triu": _tri("triu"), "cumsum": _cumsum,
+    "einsum": _einsum,
     # layers
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "addmm": _addmm,
     "conv1d": _conv, "conv2d": _conv, "conv3d": _conv, "convolution": _conv, "_convolution": _conv,
@@ -687,7 +707,8 @@ class _Converter:
             elif spec.kind == InputKind.BUFFER:
                 target = spec.target
                 v = self.prog._buffer_value(target)
-                self.env[node] = b.arg(node.name, v.dtype, v.shape, ("live", lambda t=target: self.prog._buffer_value(t)))
+                read = (lambda t=target: self.prog._buffer_value(t))       # the buffer's value at call time
+                self.env[node] = b.arg(node.name, v.dtype, v.shape, ("live", read))
             elif spec.kind == InputKind.CONSTANT_TENSOR:
                 self.env[node] = ep.constants[spec.target].detach().cpu().numpy()
             else:
@@ -897,7 +918,8 @@ def from_torch(module, *example_inputs, backend=None):
       module: a ``torch.nn.Module`` (call ``.eval()`` first if it has dropout or batch norm).
       *example_inputs: example inputs (NumPy arrays or tensors) fixing the input shapes and dtypes;
         other shapes are captured again when first called.
-      backend: ``"numpy"`` or ``"native"`` (default: flowgrad's default backend).
+      backend: ``"numpy"`` (default: a model's time is in BLAS calls, and it compiles at once) or
+        ``"native"`` (Numba; fuses elementwise work, but compiling a model takes up to a minute).
 
     Returns:
       A program: ``prog(*inputs)`` runs the forward pass with the module's current parameters
