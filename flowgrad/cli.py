@@ -1,4 +1,5 @@
-"""Command line: ``flowgrad demo`` runs the shipped example; ``flowgrad rules`` lists derivative coverage."""
+"""Command line: ``flowgrad demo`` runs the shipped example, ``flowgrad rules`` lists derivative
+coverage, ``flowgrad bench ...`` runs the benchmark suite from a source checkout."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +13,15 @@ def main(argv=None) -> int:
     demo.add_argument("--n", type=int, default=64)
     demo.add_argument("--steps", type=int, default=200)
     sub.add_parser("rules", help="print the derivative-rule coverage table")
+    sub.add_parser("bench", help="run the benchmark suite (python -m benchmarks.run; see benchmarks/README.md)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        try:
+            from benchmarks.run import main as bench_main
+        except ImportError:
+            print("flowgrad bench runs from a source checkout (the benchmarks/ folder)", file=sys.stderr)
+            return 2
+        return bench_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import run
