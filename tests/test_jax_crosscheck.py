@@ -25,7 +25,7 @@ def as_jax(args):
     return [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
 
 
-def compare_with_jax(fn, jax_fn, args, wrt, backend):
+def check_against_jax(fn, jax_fn, args, wrt, backend):
     """flowgrad.grad(fn) and jax.grad(jax_fn) agree for the arguments named in `wrt`."""
     wrt = tuple(wrt) if isinstance(wrt, (tuple, list)) else (wrt,)
     positions, _ = resolve_wrt(fn, args, wrt)
@@ -65,7 +65,7 @@ def test_corpus_kernel_matches_jax(name, backend):
     import benchmarks.kernels as kernels
 
     mod = kernels.load(name)
-    compare_with_jax(mod.kernel, mod.jax_kernel, mod.args("test"), mod.WRT, backend)
+    check_against_jax(mod.kernel, mod.jax_kernel, mod.args("test"), mod.WRT, backend)
 
 
 # ---------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ HAND_WRITTEN = [
 
 @pytest.mark.parametrize("fn, jax_fn, make, wrt", HAND_WRITTEN)
 def test_hand_written_matches_jax(fn, jax_fn, make, wrt, backend):
-    compare_with_jax(fn, jax_fn, make(), wrt, backend)
+    check_against_jax(fn, jax_fn, make(), wrt, backend)
 
 
 @pytest.mark.parametrize("fn, jax_fn, make, wrt", HAND_WRITTEN)

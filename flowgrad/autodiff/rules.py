@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import (ELEMENTWISE, Assign, Call, Const, Index, NewAxis, Read, Ref, Slice, op,
-                       const_value)
+from ..ir.core import ELEMENTWISE, Call, Const, NewAxis, Read, Ref, Slice, op
 
 # ------------------------------------------------------------- elementwise partials
 # Each entry: (g, out, *args) -> one adjoint expression per operand (None: no derivative).
@@ -359,9 +358,4 @@ def coverage() -> str:
     return "\n".join(lines)
 
 
-def const_int(e):
-    v = const_value(e)
-    return v if isinstance(v, int) else None
-
-
-__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "CALLS", "CallRule", "coverage", "Index", "Assign"]
+__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "CALLS", "CallRule", "coverage"]

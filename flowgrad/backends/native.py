@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from ..errors import FlowgradError
-from ..ir.core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref, Slice,
+from ..ir.core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read,
                        While, const_value, iter_reads, same_ref)
 from .numpy import dtype_src
 
@@ -741,7 +741,6 @@ def _prologue(low, prog, containers, tapes, ind, written):
     for p in prog.params:
         if p.ndim and p in written:        # the caller's arrays are never modified
             low.line(f"{p.name} = {p.name}.copy()", ind)
-    arg_written = set()
     for c in sorted(containers, key=lambda c: c.name):
         if c.kind == "arg" or c in tapes:
             continue
@@ -755,7 +754,6 @@ def _prologue(low, prog, containers, tapes, ind, written):
     for t in tapes:
         low.line(f"{t.name} = np.empty(1024, dtype={dtype_src(t.dtype)})", ind)
         low.line(f"{t.name}_top = 0", ind)
-    del arg_written
 
 
 def emit_forward(prog) -> str:

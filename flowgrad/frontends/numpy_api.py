@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
-                       const_value, is_float, op, scalar)
+                       const_value, op, scalar)
 from . import indexing
 
 # ---------------------------------------------------------------- elementwise
@@ -677,10 +677,6 @@ def call_method(fe, obj, name, args, kwargs, loc):
             return None
         raise unsupported(loc, f"array method .{name}()", "use the NumPy function form")
     return handler(fe, loc, obj, *args, **kwargs)
-
-
-def is_float_dtype(e):
-    return is_float(e.dtype)
 
 
 __all__ = ["call_function", "call_method", "get_attribute", "stack_values", "scalar"]

@@ -12,15 +12,15 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
-import math
 import textwrap
 import types
 
 import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Op, Read, Ref,
-                       While, const_value, op, result_dtype, same_ref, scalar)
+from ..ir.core import (BOOL, F64, I64, Assign, Const, Container, Expr, For, If, Op, Read, Ref,
+                       While, const_value, iter_reads, op, result_dtype, same_ref, scalar, stmt_writes,
+                       walk)
 from . import Captured, indexing
 from .numpy_api import call_function, call_method, get_attribute
 
@@ -553,13 +553,11 @@ class Frontend:
 
     def hoist_bounds(self, bounds, body, loc):
         """Loop bounds are evaluated once, before the loop: copy any the body may change."""
-        from ..ir.core import walk, stmt_writes
         written = {r.container for s in walk(body) for r in stmt_writes(s)}
         out = []
         for b in bounds:
             e = self.to_expr(b, loc)
-            from ..ir.core import iter_reads
-            if any(r.ref.container in written or r.ref.container.kind == "arg" and False for r in iter_reads(e)):
+            if any(r.ref.container in written for r in iter_reads(e)):
                 e = self.materialize(e, "bound", loc)
             out.append(e)
         return out
@@ -630,9 +628,6 @@ class Frontend:
                                   "preallocate the array with its final shape and fill it in place")
             carried.append((name, v0, e1))
         if not carried:
-            for name in list(frame.env):
-                if name not in env0 and name in frame.owned:
-                    pass
             return []
         dests = {v0.ref.container for _, v0, _ in carried}
         carried_names = {n for n, _, _ in carried}
@@ -991,7 +986,6 @@ def _same_binding(a, b):
 
 
 def _reads(e):
-    from ..ir.core import iter_reads
     return list(iter_reads(e))
 
 

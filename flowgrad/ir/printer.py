@@ -1,7 +1,7 @@
 """Readable text form of the IR (``str(program)``)."""
 from __future__ import annotations
 
-from .core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice, While,
+from .core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, While,
                    const_value)
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
