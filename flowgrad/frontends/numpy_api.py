@@ -164,9 +164,36 @@ def _einsum(fe, loc, subscripts, *operands, optimize=None, **_):
         for c, d in zip(t, o.shape):
             if c not in dims or const_value(dims[c]) == 1:
                 dims[c] = d
+    gemm = _einsum_as_matmul(fe, terms, outs, ops, loc)
+    if gemm is not None:
+        return gemm
     out = fe.container("einsum", np.result_type(*[o.dtype for o in ops]), tuple(dims[c] for c in outs))
     fe.emit(Call("einsum", ops, [out], {"subscripts": spec}, loc=loc))
     return Read(Ref(out) if out.ndim else Ref(out, ()))
+
+
+def _einsum_as_matmul(fe, terms, outs, ops, loc):
+    """A two-operand einsum contracting one index against a matrix ('nhwc,cf->nhwf') is a matrix
+    product of transposed views, which stays a BLAS call (one GEMM) on every backend."""
+    if len(terms) != 2:
+        return None
+    (ta, tb), (a, b) = terms, ops
+    if len(tb) != 2 or any(len(set(t)) != len(t) for t in terms) or len(set(outs)) != len(outs):
+        return None
+    shared = [c for c in ta if c in tb]
+    if len(shared) != 1 or shared[0] in outs:
+        return None
+    c = shared[0]
+    free_a = [x for x in ta if x != c]
+    free_b = [x for x in tb if x != c]
+    if sorted(free_a + free_b) != sorted(outs) or not free_a:
+        return None
+    a2 = _transpose(fe, loc, a, [ta.index(x) for x in free_a] + [ta.index(c)])
+    b2 = _transpose(fe, loc, b, [tb.index(c), tb.index(free_b[0])])
+    prod = matmul(fe, a2, b2, loc)
+    have = free_a + free_b
+    perm = [have.index(x) for x in outs]
+    return prod if perm == list(range(len(perm))) else _transpose(fe, loc, prod, perm)
 
 
 def _solve(fe, loc, a, b):
