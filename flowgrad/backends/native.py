@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from ..errors import FlowgradError
-from ..ir.core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read,
+from ..ir.core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
                        While, const_value, iter_reads, same_ref)
 from .numpy import dtype_src
 
@@ -273,9 +273,48 @@ class Lowering:
             self.line(f"{tape}[{top}] = {self.read(s.ref, [], ())}", ind)
             self.line(f"{top} += 1", ind)
             return
+        rows = self.row_slices(s.ref)
+        if rows is not None:
+            names, inner = self.nest(shape[:-1], ind)
+            width = self.src(shape[-1])
+            self.line(f"{tape}[{top}:{top} + {width}] = {rows(names)}", inner)
+            self.line(f"{top} += {width}", inner)
+            return
         names, inner = self.nest(shape, ind)
         self.line(f"{tape}[{top}] = {self.read(s.ref, names, shape)}", inner)
         self.line(f"{top} += 1", inner)
+
+    def row_slices(self, ref):
+        """For a view whose last axis is a plain forward slice of its container: a function giving
+        the source of one row (the outer view indices fixed) as a slice, so tapes copy whole rows."""
+        if ref.perm is not None:
+            return None
+        view_items = [it for it in ref.items if not isinstance(it, Index)]
+        if not view_items or not isinstance(view_items[-1], Slice) or any(isinstance(it, NewAxis)
+                                                                          for it in view_items):
+            return None
+        last = view_items[-1]
+        if const_value(last.step) is None or const_value(last.step) <= 0:
+            return None
+        pos = max(k for k, it in enumerate(ref.items) if it is last)
+        if any(not isinstance(it, Index) for it in ref.items[pos + 1:]):
+            return None
+
+        def row(outer):
+            shape = ref.shape
+            idx = self.container_index(ref, list(outer) + ["0"], shape)
+            start = self.src(last.start)
+            step = const_value(last.step)
+            # the entry for the last axis: replace it by the slice over that axis
+            out = []
+            for k, it in enumerate(ref.items):
+                if it is last:
+                    stop = f"{start} + {self.src(last.size)}" + (f" * {step}" if step != 1 else "")
+                    out.append(f"{start}:{stop}" + (f":{step}" if step != 1 else ""))
+                else:
+                    out.append(idx[k])
+            return f"{ref.container.name}[{', '.join(out)}]"
+        return row
 
     def pop(self, s, ind):
         tape, top = s.tape.name, s.tape.name + "_top"
@@ -298,6 +337,13 @@ class Lowering:
         start = self.fresh("p")
         self.line(f"{top} -= {size}", ind)
         self.line(f"{start} = {top}", ind)
+        rows = self.row_slices(s.ref)
+        if rows is not None:
+            names, inner = self.nest(shape[:-1], ind)
+            width = self.src(shape[-1])
+            self.line(f"{rows(names)} = {tape}[{start}:{start} + {width}]", inner)
+            self.line(f"{start} += {width}", inner)
+            return
         names, inner = self.nest(shape, ind)
         self.line(f"{self.read(s.ref, names, shape)} = {tape}[{start}]", inner)
         self.line(f"{start} += 1", inner)
