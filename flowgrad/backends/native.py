@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FlowgradError
 from ..ir.core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
-                       While, const_value, iter_reads, same_ref)
+                       While, const_value, iter_reads, same_expr, same_ref)
 from .numpy import dtype_src
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
@@ -165,8 +165,53 @@ class Lowering:
     def block(self, stmts, ind):
         if not stmts:
             self.line("pass", ind)
-        for s in stmts:
-            self.stmt(s, ind)
+        k = 0
+        while k < len(stmts):
+            group = [stmts[k]]
+            if self.fusable(stmts[k]):
+                while k + len(group) < len(stmts) and self.joins(group, stmts[k + len(group)]):
+                    group.append(stmts[k + len(group)])
+            if len(group) > 1:
+                self.fused(group, ind)
+            else:
+                self.stmt(stmts[k], ind)
+            k += len(group)
+
+    def fusable(self, s):
+        # a whole write that allocates (a transient of run-time shape) rebinds its container, which
+        # must not happen before an earlier statement of the group has read the old array
+        if not (isinstance(s, Assign) and s.dst.container.ndim > 0 and len(s.dst.shape) > 0):
+            return False
+        allocates = s.dst.is_whole() and not s.accumulate and self.needs_allocation(s.dst.container)
+        return not allocates and not self.needs_temp(s)
+
+    def joins(self, group, s):
+        """Whether ``s`` can run in the same loop nest as ``group`` (adjacent statements over the
+        same iteration space whose dependences stay element-wise)."""
+        if not self.fusable(s):
+            return False
+        shape = group[0].dst.shape
+        if len(s.dst.shape) != len(shape) or not all(same_expr(a, b) for a, b in zip(s.dst.shape, shape)):
+            return False
+        for g in group:
+            if g.dst.container is s.dst.container and not same_ref(g.dst, s.dst):
+                return False
+            for later, earlier in ((s, g), (g, s)):
+                for r in iter_reads(later.expr):
+                    if r.ref.container is earlier.dst.container and not same_ref(r.ref, earlier.dst):
+                        return False
+                for ie in later.dst.index_exprs():
+                    if any(r.ref.container is earlier.dst.container for r in iter_reads(ie)):
+                        return False
+        return True
+
+    def fused(self, group, ind):
+        """One loop nest running several element-wise statements in order, per element."""
+        shape = group[0].dst.shape
+        names, inner = self.nest(shape, ind)
+        for s in group:
+            target = self.read(s.dst, names, shape)
+            self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(s.expr, names, shape)}", inner)
 
     def stmt(self, s, ind):
         if isinstance(s, Assign):
@@ -225,19 +270,25 @@ class Lowering:
                 value = f"{_scalar_type(c.dtype)}({value})"
             self.line(f"{c.name} {op} {value}", ind)
             return
-        if s.dst.is_whole() and not s.accumulate and self.needs_allocation(c):
-            self.line(f"{c.name} = np.empty({self.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})", ind)
+        allocate = s.dst.is_whole() and not s.accumulate and self.needs_allocation(c)
+        alloc_line = f"{c.name} = np.empty({self.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})"
         shape = s.dst.shape
         expr = s.expr
-        if self.needs_temp(s):
+        reads_self = any(r.ref.container is c for r in iter_reads(expr))
+        if self.needs_temp(s) or (allocate and reads_self):
+            # the right side is evaluated in full before the destination is (re)allocated or written
             tmp = self.fresh("tmp")
             self.line(f"{tmp} = np.empty({self.shape_tuple(shape)}, dtype={dtype_src(c.dtype)})", ind)
             names, inner = self.nest(shape, ind)
             self.line(f"{tmp}[{', '.join(names)}] = {self.elem(expr, names, shape)}", inner)
+            if allocate:
+                self.line(alloc_line, ind)
             names, inner = self.nest(shape, ind)
             target = self.read(s.dst, names, shape)
             self.line(f"{target} {'+=' if s.accumulate else '='} {tmp}[{', '.join(names)}]", inner)
             return
+        if allocate:
+            self.line(alloc_line, ind)
         names, inner = self.nest(shape, ind)
         target = self.read(s.dst, names, shape)
         self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
