@@ -324,16 +324,24 @@ class Lowering:
             self.line(f"{tape}[{top}] = {self.read(s.ref, [], ())}", ind)
             self.line(f"{top} += 1", ind)
             return
-        rows = self.row_slices(s.ref)
+        self.copy_tape(s.ref, tape, top, True, ind)
+
+    def copy_tape(self, ref, tape, cursor, to_tape, ind):
+        """Copy a view to (or from) ``tape`` at ``cursor`` in C order, advancing the cursor; whole
+        rows at a time where the view's last axis is a plain slice."""
+        shape = ref.shape
+        rows = self.row_slices(ref)
         if rows is not None:
             names, inner = self.nest(shape[:-1], ind)
             width = self.src(shape[-1])
-            self.line(f"{tape}[{top}:{top} + {width}] = {rows(names)}", inner)
-            self.line(f"{top} += {width}", inner)
-            return
-        names, inner = self.nest(shape, ind)
-        self.line(f"{tape}[{top}] = {self.read(s.ref, names, shape)}", inner)
-        self.line(f"{top} += 1", inner)
+            view, buf = rows(names), f"{tape}[{cursor}:{cursor} + {width}]"
+            step = width
+        else:
+            names, inner = self.nest(shape, ind)
+            view, buf = self.read(ref, names, shape), f"{tape}[{cursor}]"
+            step = "1"
+        self.line(f"{buf} = {view}" if to_tape else f"{view} = {buf}", inner)
+        self.line(f"{cursor} += {step}", inner)
 
     def row_slices(self, ref):
         """For a view whose last axis is a plain forward slice of its container: a function giving
@@ -388,16 +396,7 @@ class Lowering:
         start = self.fresh("p")
         self.line(f"{top} -= {size}", ind)
         self.line(f"{start} = {top}", ind)
-        rows = self.row_slices(s.ref)
-        if rows is not None:
-            names, inner = self.nest(shape[:-1], ind)
-            width = self.src(shape[-1])
-            self.line(f"{rows(names)} = {tape}[{start}:{start} + {width}]", inner)
-            self.line(f"{start} += {width}", inner)
-            return
-        names, inner = self.nest(shape, ind)
-        self.line(f"{self.read(s.ref, names, shape)} = {tape}[{start}]", inner)
-        self.line(f"{start} += 1", inner)
+        self.copy_tape(s.ref, tape, start, False, ind)
 
 
 # ---------------------------------------------------------------- Call lowerings
