@@ -17,7 +17,9 @@ from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
+from .passes.dce import eliminate_dead
 from .passes.fuse import fuse_temporaries
+from .passes.hoist import hoist_factorizations
 from .ir.core import I64, Const, Container, Program
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
@@ -57,6 +59,9 @@ class _Compiled:
         self.cap = cap
         name = cap.name
         body = fuse_temporaries(cap.body, protected=[cap.result])
+        body, _ = eliminate_dead(body, {cap.result})
+        if mode == "forward":
+            body = hoist_factorizations(body, cap.containers, cap.namer)
         self.prog = Program(name, cap.params, body, [cap.result], cap.containers)
         self.ckpt_params = {}
         for var in sorted(loop_kinds or {}):
@@ -69,10 +74,11 @@ class _Compiled:
         self.result = cap.result
         self.mode = mode
         self.backend = backend
+        self.kernel = None          # native: the compiled function with its workspace
         if mode == "forward":
             if backend == "native":
                 self.src = native_backend.emit_forward(self.prog)
-                self.func = native_backend.compile_source(self.src, name)
+                self.func = self.kernel = native_backend.compile_source(self.src, name)
             else:
                 self.src = numpy_backend.emit_forward(self.prog)
                 self.func = numpy_backend.compile_source(self.src, name, f"<flowgrad {name}>")
@@ -87,11 +93,18 @@ class _Compiled:
                                  "differentiated")
         self.wrt = [cap.arg_containers[w] for w in wrt_spec]
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
+        outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
+        self.gp.backward, live = eliminate_dead(self.gp.backward, outputs)
+        self.gp.forward, _ = eliminate_dead(self.gp.forward, live)
+        before = set(self.gp.containers)
+        self.gp.forward = hoist_factorizations(self.gp.forward, self.gp.containers, cap.namer)
+        self.gp.forward_containers += [c for n, c in self.gp.containers.items() if n not in before]
+        self.gp.backward = hoist_factorizations(self.gp.backward, self.gp.containers, cap.namer)
         verify(self.gp.forward + self.gp.backward, self.gp.containers)
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
-            grad_fn = native_backend.compile_source(self.src, name + "_grad")
-            self.func = _native_vjp(grad_fn, self.gp.cotangent, self.wrt)
+            self.kernel = native_backend.compile_source(self.src, name + "_grad")
+            self.func = _native_vjp(self.kernel, self.gp.cotangent, self.wrt)
         else:
             self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
             self.func = numpy_backend.compile_source(self.src, name + "_vjp", f"<flowgrad {name}>")
@@ -225,6 +238,13 @@ class _Transform:
             if os.environ.get("FLOWGRAD_DUMP"):
                 print(entry.ir_text())
         return entry
+
+    def release(self):
+        """Free the working memory compiled native code keeps between calls (intermediates,
+        scratch arrays, tapes); the next call allocates it again."""
+        for entry in self.cache.values():
+            if entry.kernel is not None:
+                entry.kernel.release()
 
     def source(self, *args):
         """The generated Python source for this call signature."""

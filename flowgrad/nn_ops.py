@@ -235,8 +235,10 @@ _ACTIVATION_PARTIAL = {"tanh": lambda y: 1.0 - y * y, "sigmoid": lambda y: y * (
                        "relu": _positive}
 _ACTIVATION_NUMPY = {"tanh": "np.tanh({})", "sigmoid": "_rt.nn.sigmoid({})", "exp": "np.exp({})",
                      "relu": "np.maximum({}, 0)"}
-_ACTIVATION_NATIVE = {"tanh": "np.tanh({})", "sigmoid": "(0.5 * np.tanh(0.5 * {}) + 0.5)", "exp": "np.exp({})",
-                      "relu": "max({}, 0.0)"}
+# As IR expressions, so the native backend's element-wise lowering (vectorised transcendentals
+# included) applies.
+_ACTIVATION_EXPR = {"tanh": lambda x: op("tanh", x), "sigmoid": lambda x: op("tanh", x * 0.5) * 0.5 + 0.5,
+                    "exp": lambda x: op("exp", x), "relu": lambda x: op("maximum", x, 0.0)}
 
 
 def _vjp_activation(ctx, call, gouts):
@@ -312,7 +314,7 @@ NN_CALLS = {
 
 def _alloc(low, c, ind):
     if c.ndim and low.needs_allocation(c):
-        low.line(f"{c.name} = np.empty({low.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})", ind)
+        low.line(f"{c.name} = {native_backend.new_array(low.shape_tuple(c.shape), c.dtype)}", ind)
 
 
 def _ints(shape):
@@ -351,23 +353,45 @@ def _inside(pos, size):
 
 
 def _im2col_loops(low, x, a, kernel, groups, cols, out, ind, scatter=None):
-    """cols[g, (c, *k), (n, *out)] = x[n, g * cg + c, positions] (0 outside); with ``scatter`` the
-    reverse: image[n, channel, positions] += cols[...] for the positions inside."""
+    """cols[g, (c, *k), (n, *out)] = x[n, g * cg + c, positions] (``cols`` is a scratch array,
+    zeroed when first allocated, so entries for positions in the padding, never written, are
+    0); with ``scatter`` the reverse:
+    image[n, channel, positions] += cols[...]. Each output axis runs only over the positions
+    inside the image for the current kernel offset, so the innermost loop has no test."""
     n, c, *size = _ints(x.shape) if scatter is None else scatter[1]
     cg = c // groups
-    names, inner = _loops(low, [groups, cg] + list(kernel) + [n] + list(out), ind, "w")
-    g_, c_, ks, n_, os_ = names[0], names[1], names[2:2 + len(kernel)], names[2 + len(kernel)], \
-        names[3 + len(kernel):]
+    names, inner = _loops(low, [groups, cg] + list(kernel), ind, "w")
+    g_, c_, ks = names[0], names[1], names[2:]
+    bounds = []
+    for j, k in enumerate(ks):
+        st, pad, dil = a["stride"][j], a["padding"][j][0], a["dilation"][j]
+        lo, hi = low.fresh("lo"), low.fresh("hi")
+        low.line(f"{lo} = max(0, -(({k} * {dil} - {pad}) // {st}))", inner)
+        low.line(f"{hi} = min({out[j]}, ({size[j]} - 1 + {pad} - {k} * {dil}) // {st} + 1)", inner)
+        bounds.append((lo, hi))
+    n_ = low.fresh("w")
+    low.line(f"for {n_} in range({n}):", inner)
+    inner += 1
+    os_ = []
+    for lo, hi in bounds:
+        o = low.fresh("w")
+        low.line(f"for {o} in range({lo}, {hi}):", inner)
+        os_.append(o)
+        inner += 1
     pos = _positions(low, a, os_, ks, inner)
     row = _linear_index([c_] + ks, [cg] + list(kernel))
     col = _linear_index([n_] + os_, [n] + list(out))
     image = [n_, f"({g_} * {cg} + {c_})"] + pos
     if scatter is None:
-        low.line(f"{cols}[{g_}, {row}, {col}] = {low.elem(x, image, x.shape)} if {_inside(pos, size)} else 0.0",
-                 inner)
+        low.line(f"{cols}[{g_}, {row}, {col}] = {low.elem(x, image, x.shape)}", inner)
     else:
-        low.line(f"if {_inside(pos, size)}:", inner)
-        low.line(f"{scatter[0]}[{', '.join(image)}] += {cols}[{g_}, {row}, {col}]", inner + 1)
+        low.line(f"{scatter[0]}[{', '.join(image)}] += {cols}[{g_}, {row}, {col}]", inner)
+
+
+def _cols_key(low, x, a, kernel, dtype):
+    """What an im2col matrix depends on: the input view, the geometry, the kernel and the dtype."""
+    geometry = (tuple(a["stride"]), tuple(map(tuple, a["padding"])), tuple(a["dilation"]), a["groups"])
+    return ("im2col", low.view_src(x.ref), geometry, tuple(kernel), np.dtype(dtype).name)
 
 
 def _conv_dims(low, s, x_shape, w_shape, out_shape):
@@ -389,15 +413,16 @@ def _lower_conv(low, s, ind):
     x, w = s.inputs
     c = s.outputs[0]
     groups, o, cg, kernel, n, out, og, rk = _conv_dims(low, s, _ints(x.shape), _ints(w.shape), _ints(c.shape))
-    dt = dtype_src(c.dtype)
-    cols, w2, y, gi = low.fresh("cols"), low.fresh("w2"), low.fresh("y"), low.fresh("g")
-    low.line(f"{cols} = np.empty(({groups}, {rk}, {n * _prod(out)}), dtype={dt})", ind)
+    w2, gi = low.fresh("w2"), low.fresh("g")
+    cols = low.scratch_array("cols", (groups, rk, n * _prod(out)), c.dtype, ind)
     _im2col_loops(low, x, s.attrs, kernel, groups, cols, out, ind)
+    if low.nesting == 0 and isinstance(x, Read):
+        low.once[_cols_key(low, x, s.attrs, kernel, c.dtype)] = cols
     low.line(f"{w2} = np.ascontiguousarray({native_backend._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
              f"{rk}))", ind)
-    low.line(f"{y} = np.empty(({groups}, {og}, {n * _prod(out)}), dtype={dt})", ind)
+    y = low.scratch_array("y", (groups, og, n * _prod(out)), c.dtype, ind)
     low.line(f"for {gi} in range({groups}):", ind)
-    low.line(f"{y}[{gi}] = np.dot({w2}[{gi}], {cols}[{gi}])", ind + 1)
+    low.line(f"np.dot({w2}[{gi}], {cols}[{gi}], {y}[{gi}])", ind + 1)
     _alloc(low, c, ind)
     names, inner = low.nest(c.shape, ind, "z")
     col = _linear_index([names[0]] + names[2:], [n] + out)
@@ -410,14 +435,20 @@ def _lower_conv_grad_weight(low, s, ind):
     groups, o, cg, kernel, n, out, og, rk = _conv_dims(low, s, _ints(x.shape), list(s.attrs["wshape"]),
                                                        _ints(g.shape))
     dt = dtype_src(c.dtype)
-    cols, rows, gw, gi = low.fresh("cols"), low.fresh("rows"), low.fresh("gw"), low.fresh("g")
-    low.line(f"{cols} = np.empty(({groups}, {rk}, {n * _prod(out)}), dtype={dt})", ind)
-    _im2col_loops(low, x, s.attrs, kernel, groups, cols, out, ind)
-    low.line(f"{rows} = np.empty(({groups}, {og}, {n * _prod(out)}), dtype={dt})", ind)
+    gw, gi = low.fresh("gw"), low.fresh("g")
+    # The forward convolution built this very im2col matrix if it ran once, at top level: the
+    # reverse sweep hands this adjoint the input values that convolution read, and the scratch
+    # buffer is its alone until the next call.
+    key = _cols_key(low, x, s.attrs, kernel, c.dtype) if low.nesting == 0 and isinstance(x, Read) else None
+    cols = low.once.get(key)
+    if cols is None:
+        cols = low.scratch_array("cols", (groups, rk, n * _prod(out)), c.dtype, ind)
+        _im2col_loops(low, x, s.attrs, kernel, groups, cols, out, ind)
+    rows = low.scratch_array("rows", (groups, og, n * _prod(out)), c.dtype, ind)
     _rows_from(low, g, groups, og, rows, ind)
-    low.line(f"{gw} = np.empty(({groups}, {og}, {rk}), dtype={dt})", ind)
+    low.line(f"{gw} = np.empty(({groups}, {og}, {rk}), dtype={dt})", ind)     # fresh: the result views it
     low.line(f"for {gi} in range({groups}):", ind)
-    low.line(f"{gw}[{gi}] = np.dot({rows}[{gi}], {cols}[{gi}].T)", ind + 1)
+    low.line(f"np.dot({rows}[{gi}], {cols}[{gi}].T, {gw}[{gi}])", ind + 1)
     low.line(f"{c.name} = {gw}.reshape({low.shape_tuple(c.shape)})", ind)
 
 
@@ -426,15 +457,14 @@ def _lower_conv_grad_input(low, s, ind):
     c = s.outputs[0]
     xshape = list(s.attrs["xshape"])
     groups, o, cg, kernel, n, out, og, rk = _conv_dims(low, s, xshape, _ints(w.shape), _ints(g.shape))
-    dt = dtype_src(c.dtype)
-    rows, w2, gcols, gi = low.fresh("rows"), low.fresh("w2"), low.fresh("gcols"), low.fresh("g")
-    low.line(f"{rows} = np.empty(({groups}, {og}, {n * _prod(out)}), dtype={dt})", ind)
+    w2, gi = low.fresh("w2"), low.fresh("g")
+    rows = low.scratch_array("rows", (groups, og, n * _prod(out)), c.dtype, ind)
     _rows_from(low, g, groups, og, rows, ind)
     low.line(f"{w2} = np.ascontiguousarray({native_backend._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
              f"{rk}))", ind)
-    low.line(f"{gcols} = np.empty(({groups}, {rk}, {n * _prod(out)}), dtype={dt})", ind)
+    gcols = low.scratch_array("gcols", (groups, rk, n * _prod(out)), c.dtype, ind)
     low.line(f"for {gi} in range({groups}):", ind)
-    low.line(f"{gcols}[{gi}] = np.dot(np.ascontiguousarray({w2}[{gi}].T), {rows}[{gi}])", ind + 1)
+    low.line(f"np.dot({w2}[{gi}].T, {rows}[{gi}], {gcols}[{gi}])", ind + 1)
     _alloc(low, c, ind)
     names, inner = low.nest(c.shape, ind, "z")
     low.line(f"{c.name}[{', '.join(names)}] = 0.0", inner)
@@ -552,7 +582,9 @@ def _lower_elementwise(fn):
 
 
 def _lower_activation(low, s, ind):
-    _lower_elementwise(_ACTIVATION_NATIVE[s.attrs["fn"]])(low, s, ind)
+    c = s.outputs[0]
+    expr = _ACTIVATION_EXPR[s.attrs["fn"]](s.inputs[0])
+    low.assign(Assign(Ref(c), op(c.dtype.name, expr) if expr.dtype != c.dtype else expr), ind)
 
 
 def _lower_erf(low, s, ind):

@@ -13,10 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.core import (Assign, Call, Const, Container, For, If, NewAxis, Op, Pop, Program, Push,
+from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program, Push,
+                       Slice,
                        broadcast_shapes,
-                       Read, Ref, While, data_reads, is_float, iter_reads, same_expr, scalar,
-                       stmt_reads, stmt_writes, walk, I64, same_ref)
+                       Read, Ref, While, const_value, data_reads, is_float, iter_reads, same_expr, scalar,
+                       map_blocks, stmt_reads, stmt_writes, walk, I64, same_ref)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
@@ -134,12 +135,31 @@ class ReverseBuilder:
 
     def propagate(self, e, g, space=None):
         """Statements adding ``g`` (the adjoint of expression ``e``, living in the broadcast
-        iteration ``space``) into the adjoints of its reads."""
+        iteration ``space``) into the adjoints of its reads. Contributions to the same view
+        (``u * u``, a stencil reading one slice twice) are summed into one accumulation."""
+        leaves = []
+        stmts = self._propagate(e, g, space, leaves)
+        groups = []
+        for x, contrib, sp in leaves:
+            for grp in groups:
+                if same_ref(grp[0].ref, x.ref) and len(grp[2]) == len(sp) and \
+                        all(same_expr(a, b) for a, b in zip(grp[2], sp)):
+                    grp[1] = grp[1] + contrib
+                    break
+            else:
+                groups.append([x, contrib, sp])
+        for x, contrib, sp in groups:
+            stmts += self.accumulate(x, contrib, sp)
+        return stmts
+
+    def _propagate(self, e, g, space, leaves):
         if isinstance(e, Const) or not self.is_active_expr(e):
             return []
         space = broadcast_shapes(g.shape, e.shape) if space is None else space
         if isinstance(e, Read):
-            return self.accumulate(e, g, space)
+            if self.grad_ref(e) is not None:
+                leaves.append((e, g, space))
+            return []
         if e.name in ZERO_DERIVATIVE:
             return []
         stmts = []
@@ -155,9 +175,9 @@ class ReverseBuilder:
             if not isinstance(a, Read) and _needs_unbroadcast(space, a.shape):
                 t = self.temp(a.shape, a.dtype, "gsum")
                 stmts.append(Call("sum_to", [p], [t], {"shape": a.shape, "full": space}))
-                stmts += self.propagate(a, Read(Ref(t)), a.shape)
+                stmts += self._propagate(a, Read(Ref(t)), a.shape, leaves)
             else:
-                stmts += self.propagate(a, p, space)
+                stmts += self._propagate(a, p, space, leaves)
         return stmts
 
     def adjoint_assign(self, s: Assign):
@@ -467,7 +487,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     cotangent = Container(namer("cotangent"), result.dtype, result.shape, "arg")
     if result in b.grads:
         top.append(Assign(Ref(b.grads[result]), Read(Ref(cotangent))))
-    backward = top + backward
+    backward = _fold_zero_inits(_sink_zero_inits(top + backward))
     replayed = {loop.var.name: loop.body for loop in prog.body
                 if isinstance(loop, For) and (loop_plan or {}).get(loop.var.name, (STORE_ALL,))[0] != STORE_ALL}
     needed = _needed_restores(prog, backward, replayed)
@@ -540,6 +560,91 @@ def _zero_inits(b: ReverseBuilder, prog: Program):
                 loop = enclosing
         placement.setdefault(loop, []).append(Assign(Ref(g), Const(0.0)))
     return placement
+
+
+def _sink_zero_inits(stmts):
+    """A whole ``g = 0`` followed, with nothing touching ``g`` in between, by a loop over the full
+    extent of one of ``g``'s axes whose body touches ``g`` only at the loop's position on that
+    axis (``g[i, :]`` in iteration ``i``) becomes ``g[i, :] = 0`` at the top of the loop body:
+    each iteration clears the one slice it owns, just before its first use, and
+    ``_fold_zero_inits`` can then merge that clear into the first accumulation."""
+    out = list(stmts)
+    k = 0
+    while k < len(out):
+        s = out[k]
+        if isinstance(s, Assign) and not s.accumulate and s.dst.is_whole() and const_value(s.expr) == 0 \
+                and s.dst.container.ndim:
+            c = s.dst.container
+            for j in range(k + 1, len(out)):
+                t = out[j]
+                if isinstance(t, For) and _touches(t, c):
+                    axis = _owned_axis(t, c)
+                    if axis is not None:
+                        items = [Index(scalar(t.var)) if a == axis else Slice(0, d, 1)
+                                 for a, d in enumerate(c.shape)]
+                        clear = Assign(Ref(c, items), Const(0.0))
+                        out[j] = For(t.var, t.start, t.stop, t.step, [clear] + list(t.body), t.reverse, t.loc)
+                        del out[k]
+                        k -= 1
+                    break
+                if _touches(t, c):
+                    break
+        k += 1
+    return out
+
+
+def _touches(s, c):
+    return any(r.ref.container is c for u in walk([s]) for r in stmt_reads(u)) or \
+        any(w.container is c for u in walk([s]) for w in stmt_writes(u))
+
+
+def _owned_axis(loop, c):
+    """The axis of ``c`` that ``loop`` runs over in full (0 .. extent, step 1) and at whose loop
+    position alone its body touches ``c``; None if there is none."""
+    if const_value(loop.start) != 0 or const_value(loop.step) != 1:
+        return None
+    refs = [r.ref for u in walk(loop.body) for r in stmt_reads(u)] + \
+        [w for u in walk(loop.body) for w in stmt_writes(u)]
+    refs = [r for r in refs if r.container is c]
+    if any(isinstance(u, For) and u.var is loop.var for u in walk(loop.body)):
+        return None
+    for axis, extent in enumerate(c.shape):
+        if not same_expr(loop.stop, extent):
+            continue
+        if all(_item_at(r, axis) is not None and same_expr(_item_at(r, axis), scalar(loop.var)) for r in refs):
+            return axis
+    return None
+
+
+def _item_at(ref, axis):
+    """The index expression of ``ref`` along container axis ``axis`` if it is a single position."""
+    items = [it for it in ref.items if not isinstance(it, NewAxis)]
+    it = items[axis] if axis < len(items) else None
+    return it.at if isinstance(it, Index) else None
+
+
+def _fold_zero_inits(stmts):
+    """``g[v] = 0`` followed, with nothing touching ``g`` in between, by ``g[v] += e`` (the same
+    view; ``e`` not reading ``g``) becomes ``g[v] = e``: one pass over the adjoint instead of two."""
+    out = [map_blocks(s, _fold_zero_inits) for s in stmts]
+    k = 0
+    while k < len(out):
+        s = out[k]
+        if isinstance(s, Assign) and not s.accumulate and const_value(s.expr) == 0:
+            c = s.dst.container
+            for j in range(k + 1, len(out)):
+                t = out[j]
+                if isinstance(t, Assign) and t.accumulate and same_ref(t.dst, s.dst) \
+                        and not any(r.ref.container is c for r in iter_reads(t.expr)):
+                    out[j] = Assign(t.dst, t.expr, accumulate=False, loc=t.loc)
+                    del out[k]
+                    k -= 1
+                    break
+                if any(r.ref.container is c for u in walk([t]) for r in stmt_reads(u)) or \
+                        any(w.container is c for u in walk([t]) for w in stmt_writes(u)):
+                    break
+        k += 1
+    return out
 
 
 def _loops_around_first_write(stmts, c, path=()):

@@ -18,8 +18,10 @@ import sys
 import numpy as np
 
 from ..errors import FlowgradError
-from ..ir.core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
-                       While, const_value, iter_reads, same_expr, same_ref)
+from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read,
+                       Ref, Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, op, same_expr,
+                       same_ref, stmt_writes, walk)
+from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
@@ -28,6 +30,25 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_di
 _FUNC = {"abs": "np.abs", "round": "np.rint", "maximum": "np.maximum", "minimum": "np.minimum"}
 _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", "int32": "np.int32",
          "bool": "np.bool_"}
+
+
+_VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) costs more than it saves
+
+
+def _costly(e):
+    return not is_cheap(e)
+
+
+def _smaller(shape, space):
+    """Whether an operand of ``shape`` broadcast over ``space`` repeats (has fewer elements)."""
+    if len(shape) < len(space):
+        return True
+    return any(const_value(d) == 1 and const_value(sp) != 1 for d, sp in zip(shape[len(shape) - len(space):], space))
+
+
+def new_array(shape, dtype, zeros=False):
+    """Source allocating an array (``shape``: the source of a tuple); large ones get huge pages."""
+    return f"_rt.huge_pages(np.{'zeros' if zeros else 'empty'}({shape}, dtype={dtype_src(dtype)}))"
 
 
 def _scalar_type(dt):
@@ -43,6 +64,11 @@ class Lowering:
         self.lines = []
         self.counter = 0
         self.allocated_at_start = set()
+        self.scratch = []           # allocations of fixed-shape temporaries, emitted once at entry
+        self.workspace = []         # (dtype, ndim, variable) of each buffer kept between calls
+        self.reserved = set()       # tapes with room reserved for every push of the enclosing loop
+        self.nesting = 0            # loops and branches around the statement being lowered
+        self.once = {}              # values computed by statements that run once per call (see nn_ops)
 
     # ------------------------------------------------------------ helpers
 
@@ -68,6 +94,11 @@ class Lowering:
             return self.read(e.ref, idx, space)
         if isinstance(e, Op):
             args = [self.elem(a, idx, space) for a in e.args]
+            if any(not isinstance(a, Const) and a.dtype == np.float32 for a in e.args):
+                # a Python float next to float32 data stays float32 (NEP 50), so the arithmetic
+                # runs in single precision (twice the SIMD width) as NumPy's would
+                args = [f"np.float32({t})" if isinstance(a, Const) and isinstance(a.value, float) else t
+                        for a, t in zip(e.args, args)]
             name = e.name
             if name in _INFIX:
                 return f"({args[0]} {_INFIX[name]} {args[1]})"
@@ -87,6 +118,85 @@ class Lowering:
                 return f"{_CAST[name]}({args[0]})"
             return f"{_FUNC.get(name, 'np.' + name)}({', '.join(args)})"
         raise TypeError(f"cannot lower {e!r}")
+
+    def hoist(self, e, space, ind):
+        """Evaluate parts of ``e`` ahead of the loop nest over ``space`` that uses it, into
+        temporaries the returned expression reads instead:
+
+        - a costly sub-expression of smaller shape than ``space`` (``cos(t1)`` of a column
+          broadcast over a matrix) is computed once over its own shape, not once per element;
+        - a large transcendental (``_VECTOR_MATH``) runs as one NumPy ufunc call on a temporary
+          holding its argument (SIMD, several times faster than Numba's scalar libm calls).
+
+        Reads happen earlier than in the fused nest, so callers use this only where the statement
+        reads no element that another element's write changes first."""
+        if not isinstance(e, Op):
+            return e
+        if space is not None and _costly(e) and _smaller(e.shape, space):
+            inner = self.hoist(e, None, ind)
+            return self.materialise(inner, ind)
+        args = [self.hoist(a, space, ind) for a in e.args]
+        if all(x is y for x, y in zip(args, e.args)):
+            out = e
+        else:
+            out = Op(e.name, args, e.dtype, e.shape)
+        if e.name in VECTOR_MATH and self.large(e.shape):
+            tmp = self.materialise(args[0], ind, e.dtype)
+            self.line(f"_rt.vector_math({VECTOR_MATH.index(e.name)}, {tmp.ref.container.name})  # np.{e.name}", ind)
+            return tmp
+        return out
+
+    def scratch_array(self, hint, shape, dtype, ind):
+        """A fresh temporary array's name: taken from the workspace at function entry when its
+        shape is fixed (the generated code reuses it on every pass and every call), else
+        allocated here."""
+        name = self.fresh(hint)
+        shape = [Const(d) if isinstance(d, int) else d for d in shape]
+        if all(const_value(d) is not None for d in shape):
+            self.scratch += self.from_workspace(name, self.shape_tuple(shape), dtype, len(shape))
+        else:
+            self.line(f"{name} = {new_array(self.shape_tuple(shape), dtype)}", ind)
+        return name
+
+    def from_workspace(self, name, shape, dtype, ndim):
+        """Lines binding ``name`` to its workspace buffer (allocated, zeroed, when missing or of
+        another shape) and remembering that buffer for the next call. Each buffer belongs to one
+        name, so what a call leaves in it is what that name's statements wrote."""
+        k = len(self.workspace)
+        self.workspace.append((np.dtype(dtype).name, ndim, f"_ws{k}"))
+        return [f"{name} = _ws[{k}]",
+                f"if {name}.shape != {shape}:",
+                f"    {name} = {new_array(shape, dtype, zeros=True)}",
+                f"_ws{k} = {name}"]
+
+    def materialise(self, e, ind, dtype=None):
+        """A Read of a fresh temporary holding ``e`` (over its own shape)."""
+        dtype = e.dtype if dtype is None else dtype
+        if not e.shape:
+            name = self.fresh("h")
+            self.line(f"{name} = {_scalar_type(dtype)}({self.src(e)})", ind)
+            return Read(Ref(Container(name, dtype, ())))
+        tmp = Container(self.scratch_array("h", e.shape, dtype, ind), dtype, e.shape)
+        names, inner = self.nest(e.shape, ind)
+        self.line(f"{tmp.name}[{', '.join(names)}] = {self.elem(e, names, e.shape)}", inner)
+        return Read(Ref(tmp))
+
+    @staticmethod
+    def large(shape):
+        if not shape:
+            return False
+        size = 1
+        for d in shape:
+            v = const_value(d)
+            if v is None:
+                return True      # known at run time only: assume large
+            size *= v
+        return size >= _VECTOR_MIN_SIZE
+
+    def hoistable(self, e, space):
+        return isinstance(e, Op) and ((e.name in VECTOR_MATH and self.large(e.shape))
+                                      or (_costly(e) and _smaller(e.shape, space))
+                                      or any(self.hoistable(a, space) for a in e.args))
 
     def read(self, ref, idx, space):
         c = ref.container
@@ -183,7 +293,7 @@ class Lowering:
         if not (isinstance(s, Assign) and s.dst.container.ndim > 0 and len(s.dst.shape) > 0):
             return False
         allocates = s.dst.is_whole() and not s.accumulate and self.needs_allocation(s.dst.container)
-        return not allocates and not self.needs_temp(s)
+        return not allocates and not self.needs_temp(s) and not self.hoistable(s.expr, s.dst.shape)
 
     def joins(self, group, s):
         """Whether ``s`` can run in the same loop nest as ``group`` (adjacent statements over the
@@ -208,27 +318,95 @@ class Lowering:
     def fused(self, group, ind):
         """One loop nest running several element-wise statements in order, per element."""
         shape = group[0].dst.shape
+        pairs, shape = self.collapse([(s.dst, s.expr) for s in group], shape, ind)
         names, inner = self.nest(shape, ind)
-        for s in group:
-            target = self.read(s.dst, names, shape)
-            self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(s.expr, names, shape)}", inner)
+        for s, (dst, expr) in zip(group, pairs):
+            target = self.read(dst, names, shape)
+            self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
+
+    # ------------------------------------------------------------ collapsing trailing axes
+
+    def collapse(self, pairs, space, ind):
+        """Loop over the trailing axes of ``space`` as one axis where every view in ``pairs``
+        (``(destination or None, expression)``) allows it: each either covers those axes of its
+        container in full (its last axes, contiguous: it is read through a reshaped view) or is
+        broadcast along all of them (trailing new axes). A (64, 32, 8, 8) nest then runs as
+        (64, 32, 64): the short innermost loops cost more than their work (measured 6x on such a
+        batch-norm pass). Returns the rewritten pairs and space."""
+        refs = [r for dst, e in pairs for r in ([dst] if dst is not None else []) + [x.ref for x in iter_reads(e)]]
+        refs = [r for r in refs if r.container.ndim]
+        for k in range(len(space), 1, -1):
+            if all(self.collapsible(r, space, k) for r in refs):
+                break
+        else:
+            return pairs, space
+        total = space[-k]
+        for d in space[len(space) - k + 1:]:
+            total = total * d
+        views = {}
+
+        def ref_of(r):
+            if not r.shape:
+                return r
+            if isinstance(r.items[-1], NewAxis):
+                return Ref(r.container, list(r.items[:-k]) + [NewAxis()], None)
+            key = id(r.container)
+            if key not in views:
+                c = r.container
+                flat = c.shape[:c.ndim - k] + (total,)
+                views[key] = Container(self.fresh("flat"), c.dtype, flat)
+                self.line(f"{views[key].name} = {c.name}.reshape({self.shape_tuple(flat)})", ind)
+            return Ref(views[key], list(r.items[:-k]) + [Slice(0, total, 1)], None)
+
+        def expr_of(e):
+            if isinstance(e, Read):
+                return Read(ref_of(e.ref))
+            if isinstance(e, Op):
+                args = [expr_of(a) for a in e.args]
+                return Op(e.name, args, e.dtype, broadcast_shapes(*[a.shape for a in args]))
+            return e
+        out = [(ref_of(dst) if dst is not None else None, expr_of(e)) for dst, e in pairs]
+        return out, tuple(space[:len(space) - k]) + (total,)
+
+    @staticmethod
+    def collapsible(r, space, k):
+        """Whether view ``r`` allows merging the last ``k`` axes of ``space`` (see ``collapse``)."""
+        if not r.shape:
+            return True                  # one element, read the same everywhere
+        if r.perm is not None or len(r.shape) > len(space) or len(r.shape) < k:
+            return False
+        tail = r.items[-k:]
+        if all(isinstance(it, NewAxis) for it in tail):
+            return True
+        if any(not isinstance(it, Slice) for it in tail):
+            return False
+        c = r.container
+        for j, it in enumerate(tail):
+            axis = c.ndim - k + j
+            if not (const_value(it.start) == 0 and const_value(it.step) == 1 and
+                    same_expr(it.size, c.shape[axis]) and same_expr(it.size, space[len(space) - k + j])):
+                return False
+        return True
 
     def stmt(self, s, ind):
         if isinstance(s, Assign):
             self.assign(s, ind)
         elif isinstance(s, Call):
             CALL_LOWERING[s.op](self, s, ind)
-        elif isinstance(s, For):
-            self.for_loop(s, ind)
-        elif isinstance(s, While):
-            self.line(f"while {self.src(s.cond)}:", ind)
-            self.block(s.body, ind + 1)
-        elif isinstance(s, If):
-            self.line(f"if {self.src(s.cond)}:", ind)
-            self.block(s.then, ind + 1)
-            if s.orelse:
-                self.line("else:", ind)
-                self.block(s.orelse, ind + 1)
+        elif isinstance(s, (For, While, If)):
+            self.nesting += 1
+            if isinstance(s, For):
+                self.for_loop(s, ind)
+            elif isinstance(s, While):
+                self.line(f"while {self.src(s.cond)}:", ind)
+                self.block(s.body, ind + 1)
+            else:
+                self.line(f"if {self.src(s.cond)}:", ind)
+                self.block(s.then, ind + 1)
+                if s.orelse:
+                    self.line("else:", ind)
+                    self.block(s.orelse, ind + 1)
+            self.nesting -= 1
         elif isinstance(s, Push):
             self.push(s, ind)
         elif isinstance(s, Pop):
@@ -239,9 +417,11 @@ class Lowering:
     def for_loop(self, s, ind):
         start, stop, step = self.src(s.start), self.src(s.stop), self.src(s.step)
         if not s.reverse:
+            reserved = self.reserve(s, ind)
             rng = f"range({start}, {stop})" if const_value(s.step) == 1 else f"range({start}, {stop}, {step})"
             self.line(f"for {s.var.name} in {rng}:", ind)
             self.block(s.body, ind + 1)
+            self.reserved -= reserved
             return
         trips = self.fresh("trips")
         k = self.fresh("k")
@@ -249,6 +429,61 @@ class Lowering:
         self.line(f"for {k} in range({trips}):", ind)
         self.line(f"{s.var.name} = {start} + ({trips} - 1 - {k}) * {step}", ind + 1)
         self.block(s.body, ind + 1)
+
+    def reserve(self, loop, ind):
+        """Before a forward loop: grow each tape it pushes to, once, to hold every push of all its
+        iterations, where that total is known at loop entry (sizes and nested trip counts fixed
+        by then). The pushes inside then skip their capacity checks. Returns the tapes reserved."""
+        varying = _written(loop.body) | {loop.var}
+        trips = f"_rt.trip_count({self.src(loop.start)}, {self.src(loop.stop)}, {self.src(loop.step)})"
+        done = set()
+        for tape, per_trip in self.demand([loop], varying - {loop.var}, trips).items():
+            if per_trip is None or tape in self.reserved:
+                continue
+            top = tape + "_top"
+            self.line(f"if {top} + {per_trip} > {tape}.shape[0]:", ind)
+            self.line(f"{tape} = _rt.grow({tape}, {top} + {per_trip})", ind + 1)
+            done.add(tape)
+        self.reserved |= done
+        return done
+
+    def demand(self, stmts, varying, trips=None):
+        """Per tape pushed in ``stmts``: the source of the number of elements pushed, or None where
+        it is not known ahead (a while loop; a size or trip count ``stmts`` change)."""
+        out = {}
+
+        def add(tape, text):
+            if tape in out and (out[tape] is None or text is None):
+                out[tape] = None
+            else:
+                out[tape] = text if tape not in out else f"{out[tape]} + {text}"
+
+        def fixed(*exprs):
+            return not any(r.ref.container in varying for e in exprs for r in iter_reads(e))
+
+        for s in stmts:
+            if isinstance(s, Push):
+                if self.dynamic_whole(s.ref) or not fixed(*s.ref.shape):
+                    add(s.tape.name, None)
+                else:
+                    add(s.tape.name, " * ".join(f"({x})" for x in self.extents(s.ref.shape)) or "1")
+            elif isinstance(s, For):
+                inner_varying = varying | _written(s.body) | {s.var}
+                count = trips if trips is not None else \
+                    f"_rt.trip_count({self.src(s.start)}, {self.src(s.stop)}, {self.src(s.step)})"
+                known = fixed(s.start, s.stop, s.step)
+                for tape, d in self.demand(s.body, inner_varying).items():
+                    add(tape, f"{count} * ({d})" if known and d is not None else None)
+            elif isinstance(s, If):
+                then, orelse = self.demand(s.then, varying), self.demand(s.orelse, varying)
+                for tape in set(then) | set(orelse):
+                    a, b = then.get(tape, "0"), orelse.get(tape, "0")
+                    add(tape, None if a is None or b is None else f"max({a}, {b})")
+            elif isinstance(s, While):
+                for t in walk(s.body):
+                    if isinstance(t, Push):
+                        add(t.tape.name, None)
+        return out
 
     def needs_temp(self, s):
         """Whether the right side reads the destination at other positions than it writes."""
@@ -271,14 +506,13 @@ class Lowering:
             self.line(f"{c.name} {op} {value}", ind)
             return
         allocate = s.dst.is_whole() and not s.accumulate and self.needs_allocation(c)
-        alloc_line = f"{c.name} = np.empty({self.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})"
+        alloc_line = f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}"
         shape = s.dst.shape
-        expr = s.expr
+        expr = self.hoist(s.expr, shape, ind)
         reads_self = any(r.ref.container is c for r in iter_reads(expr))
         if self.needs_temp(s) or (allocate and reads_self):
             # the right side is evaluated in full before the destination is (re)allocated or written
-            tmp = self.fresh("tmp")
-            self.line(f"{tmp} = np.empty({self.shape_tuple(shape)}, dtype={dtype_src(c.dtype)})", ind)
+            tmp = self.scratch_array("tmp", shape, c.dtype, ind)
             names, inner = self.nest(shape, ind)
             self.line(f"{tmp}[{', '.join(names)}] = {self.elem(expr, names, shape)}", inner)
             if allocate:
@@ -289,8 +523,9 @@ class Lowering:
             return
         if allocate:
             self.line(alloc_line, ind)
+        [(dst, expr)], shape = self.collapse([(s.dst, expr)], shape, ind)
         names, inner = self.nest(shape, ind)
-        target = self.read(s.dst, names, shape)
+        target = self.read(dst, names, shape)
         self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
 
     def needs_allocation(self, c):
@@ -318,8 +553,9 @@ class Lowering:
             self.line(f"{top} += {c.ndim}", ind)
             return
         size = " * ".join(self.extents(shape)) or "1"
-        self.line(f"if {top} + {size} > {tape}.shape[0]:", ind)
-        self.line(f"{tape} = _rt.grow({tape}, {top} + {size})", ind + 1)
+        if tape not in self.reserved:
+            self.line(f"if {top} + {size} > {tape}.shape[0]:", ind)
+            self.line(f"{tape} = _rt.grow({tape}, {top} + {size})", ind + 1)
         if not shape:
             self.line(f"{tape}[{top}] = {self.read(s.ref, [], ())}", ind)
             self.line(f"{top} += 1", ind)
@@ -406,7 +642,7 @@ def _out(low, s, ind):
     """Allocate a Call's (whole) output container."""
     c = s.outputs[0]
     if c.ndim and low.needs_allocation(c):
-        low.line(f"{c.name} = np.empty({low.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})", ind)
+        low.line(f"{c.name} = {new_array(low.shape_tuple(c.shape), c.dtype)}", ind)
     return c
 
 
@@ -422,35 +658,74 @@ _COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "max({a}, {b})", "mi
 
 
 def _lower_reduction(low, s, ind):
-    x = s.inputs[0]
+    x = low.hoist(s.inputs[0], s.inputs[0].shape, ind)
     c = _out(low, s, ind)
     red = _reduce_axes(s, len(x.shape))
     keep = s.attrs.get("keepdims", False)
     init = _INIT[s.op]
     if c.dtype.kind in "iub" and s.op in ("max", "min"):
         init = "-(1 << 62)" if s.op == "max" else "(1 << 62)"
+    elif c.dtype.kind == "f" and s.op in ("sum", "prod"):
+        init += ".0"
+    combine = _COMBINE[s.op]
     if c.ndim == 0:
         acc = low.fresh("acc")
         low.line(f"{acc} = {init}", ind)
-        names, inner = low.nest(x.shape, ind)
-        low.line(f"{acc} = {_COMBINE[s.op].format(a=acc, b=low.elem(x, names, x.shape))}", inner)
+        [(_, x)], space = low.collapse([(None, x)], x.shape, ind)
+        _accumulate(low, x, space, lambda names: acc, combine, init, ind)
         low.line(f"{c.name} = {_scalar_type(c.dtype)}({acc})", ind)
         return
     names, inner = low.nest(c.shape, ind, "o")
     low.line(f"{c.name}[{', '.join(names)}] = {init}", inner)
-    names, inner = low.nest(x.shape, ind)
-    out_idx = []
-    kept = iter(range(c.ndim))
-    for k, n in enumerate(names):
-        if k in red:
-            if keep:
+
+    def target(names):
+        out_idx = []
+        for k, n in enumerate(names):
+            if k not in red:
+                out_idx.append(n)
+            elif keep:
                 out_idx.append("0")
-                next(kept)
-        else:
-            out_idx.append(n)
-            next(kept)
-    target = f"{c.name}[{', '.join(out_idx)}]"
-    low.line(f"{target} = {_COMBINE[s.op].format(a=target, b=low.elem(x, names, x.shape))}", inner)
+        return f"{c.name}[{', '.join(out_idx)}]"
+    _accumulate(low, x, x.shape, target, combine, init, ind, reduced=red)
+
+
+_LANES = 4      # independent accumulators along an innermost reduced axis
+
+
+def _accumulate(low, x, shape, target, combine, init, ind, reduced=None):
+    """``target(names) = combine(target(names), x[names])`` over ``shape``; ``reduced`` are the
+    axes ``target`` does not index (None: all). When the innermost axis is reduced its loop keeps
+    ``_LANES`` accumulators in registers, several independent chains the CPU overlaps (and the
+    compiler packs into vector registers) instead of one serial chain through memory."""
+    last = len(shape) - 1
+    if last < 0 or (reduced is not None and last not in reduced):
+        names, inner = low.nest(shape, ind)
+        t = target(names)
+        low.line(f"{t} = {combine.format(a=t, b=low.elem(x, names, shape))}", inner)
+        return
+    lanes = [low.fresh("lane") for _ in range(_LANES)]
+    if reduced is None:
+        for a in lanes:
+            low.line(f"{a} = {init}", ind)
+    outer, inner = low.nest(shape[:-1], ind)
+    if reduced is not None:
+        for a in lanes:
+            low.line(f"{a} = {init}", inner)
+    n, m, j = low.fresh("n"), low.fresh("m"), low.fresh("j")
+    low.line(f"{n} = {low.src(shape[-1])}", inner)
+    low.line(f"{m} = {n} - {n} % {_LANES}", inner)
+    low.line(f"for {j} in range(0, {m}, {_LANES}):", inner)
+    for k, a in enumerate(lanes):
+        idx = j if k == 0 else f"({j} + {k})"
+        low.line(f"{a} = {combine.format(a=a, b=low.elem(x, outer + [idx], shape))}", inner + 1)
+    low.line(f"for {j} in range({m}, {n}):", inner)
+    low.line(f"{lanes[0]} = {combine.format(a=lanes[0], b=low.elem(x, outer + [j], shape))}", inner + 1)
+    pairs = combine.format(a=combine.format(a=lanes[0], b=lanes[1]), b=combine.format(a=lanes[2], b=lanes[3]))
+    if reduced is None:
+        low.line(f"{target(outer)} = {combine.format(a=target(outer), b=pairs)}", ind)
+    else:
+        t = target(outer + [None])
+        low.line(f"{t} = {combine.format(a=t, b=pairs)}", inner)
 
 
 def _lower_argext(low, s, ind):
@@ -473,9 +748,13 @@ def _lower_argext(low, s, ind):
 
 
 def _operand_array(low, e, ind):
-    """An array expression for a BLAS operand (a contiguous view or a materialised temporary)."""
+    """An array expression for a BLAS operand (a contiguous view or a materialised temporary).
+    The transpose of a whole matrix is passed as it is: BLAS reads Fortran order directly."""
     if isinstance(e, Read):
-        return f"np.ascontiguousarray({low.view_src(e.ref)})" if not e.ref.is_whole() else low.view_src(e.ref)
+        r = e.ref
+        if r.perm == (1, 0) and Ref(r.container).is_whole() and same_ref(Ref(r.container, r.items), Ref(r.container)):
+            return f"{r.container.name}.T"
+        return f"np.ascontiguousarray({low.view_src(r)})" if not r.is_whole() else low.view_src(r)
     tmp = low.fresh("opnd")
     low.line(f"{tmp} = np.empty({low.shape_tuple(e.shape)}, dtype=np.float64)", ind)
     names, inner = low.nest(e.shape, ind)
@@ -494,6 +773,11 @@ def _lower_matmul_tn_flat(low, s, ind):
 def _lower_matmul(low, s, ind):
     a, b = s.inputs
     c = s.outputs[0]
+    if min(len(a.shape), len(b.shape)) == 1 and max(len(a.shape), len(b.shape)) <= 2 and \
+            not all(isinstance(e, Read) and e.ref.is_whole() for e in (a, b)):
+        _out(low, s, ind)
+        _lower_matvec(low, a, b, c, ind)
+        return
     sa, sb = _operand_array(low, a, ind), _operand_array(low, b, ind)
     if len(a.shape) > 2 and len(b.shape) == 2:
         # (..., n, k) @ (k, m): one GEMM over the flattened leading axes
@@ -503,10 +787,25 @@ def _lower_matmul(low, s, ind):
     if len(a.shape) <= 2 and len(b.shape) <= 2:
         if c.ndim == 0:
             low.line(f"{c.name} = np.float64(np.dot({sa}, {sb}))", ind)
+        elif len(a.shape) == 2 and len(b.shape) == 2 and c.name in low.allocated_at_start:
+            low.line(f"np.dot({sa}, {sb}, {c.name})", ind)      # into the buffer: no fresh result array
         else:
             low.line(f"{c.name} = np.dot({sa}, {sb})", ind)
         return
     _out(low, s, ind)
+    # batched: each operand's view is indexed by the batch element first and only that matrix is
+    # made contiguous (a whole-operand copy per batch element would cost batch-size times more)
+    def batched(e):
+        return len(e.shape) - (2 if len(e.shape) > 1 else 1) > 0
+
+    srcs = []
+    for e, src in ((a, sa), (b, sb)):
+        if batched(e):
+            srcs.append(low.view_src(e.ref) if isinstance(e, Read) else src)
+        else:
+            srcs.append(low.fresh("opnd"))
+            low.line(f"{srcs[-1]} = {src}", ind)
+    sa, sb = srcs
     batch = c.shape[:-2] if len(a.shape) > 1 and len(b.shape) > 1 else c.shape[:-1]
     names, inner = low.nest(batch, ind, "b")
 
@@ -518,14 +817,68 @@ def _lower_matmul(low, s, ind):
         idx = [("0" if const_value(e.shape[k]) == 1 and const_value(batch[len(batch) - nb + k]) != 1 else n)
                for k, n in enumerate(lead)]
         return f"{src}[{', '.join(idx)}]"
-    low.line(f"{c.name}[{', '.join(names)}] = np.dot(np.ascontiguousarray({pick(sa, a)}), "
-             f"np.ascontiguousarray({pick(sb, b)}))", inner)
+    def matrix(src, e):
+        """One batch element's matrix: a whole container's (transposed or not) is used where it
+        lies, C or Fortran order both suit BLAS; other views are copied contiguous."""
+        if isinstance(e, Read) and len(e.shape) > 2 and same_ref(Ref(e.ref.container, e.ref.items),
+                                                                Ref(e.ref.container)):
+            nd = len(e.shape)
+            if e.ref.perm is None:
+                return pick(e.ref.container.name, e)
+            if e.ref.perm == tuple(range(nd - 2)) + (nd - 1, nd - 2):
+                return pick(e.ref.container.name, e) + ".T"
+        return f"np.ascontiguousarray({pick(src, e)})"
+    out = f"{c.name}[{', '.join(names)}]"
+    if len(a.shape) > 1 and len(b.shape) > 1:
+        low.line(f"np.dot({matrix(sa, a)}, {matrix(sb, b)}, {out})", inner)
+    else:
+        low.line(f"{out} = np.dot({matrix(sa, a)}, {matrix(sb, b)})", inner)
+
+
+def _lower_matvec(low, a, b, c, ind):
+    """A product with a vector operand, as loops reading the operands where they are: BLAS would
+    need a contiguous copy of a strided view, which costs as much as the product itself (one
+    pass over the matrix either way)."""
+    if len(a.shape) == 1 and len(b.shape) == 2:
+        # v @ M: rows of M scaled and added, the inner loop along M's rows
+        names, inner = low.nest(c.shape, ind, "z")
+        low.line(f"{c.name}[{names[0]}] = 0.0", inner)
+        names, inner = low.nest(b.shape, ind)
+        low.line(f"{c.name}[{names[1]}] += {low.elem(a, names[:1], a.shape)} * {low.elem(b, names, b.shape)}", inner)
+        return
+    if c.ndim == 0:
+        acc = low.fresh("acc")
+        low.line(f"{acc} = 0.0", ind)
+        _accumulate(low, op("multiply", a, b), a.shape, lambda names: acc, "{a} + {b}", "0.0", ind)
+        low.line(f"{c.name} = {_scalar_type(c.dtype)}({acc})", ind)
+        return
+    # M @ v: one dot product per row
+    names, inner = low.nest(c.shape, ind, "z")
+    low.line(f"{c.name}[{names[0]}] = 0.0", inner)
+    _accumulate(low, op("multiply", a, b), a.shape, lambda names: f"{c.name}[{names[0]}]", "{a} + {b}",
+                "0.0", ind, reduced={1})
 
 
 def _lower_solve(low, s, ind):
     a, b = s.inputs
     c = s.outputs[0]
-    low.line(f"{c.name} = np.linalg.solve({_operand_array(low, a, ind)}, {_operand_array(low, b, ind)})", ind)
+    # Numba's LAPACK results are in Fortran order; containers are kept in C order (flat views)
+    low.line(f"{c.name} = np.ascontiguousarray(np.linalg.solve({_operand_array(low, a, ind)}, "
+             f"{_operand_array(low, b, ind)}))", ind)
+
+
+def _lower_lu_factor(low, s, ind):
+    for c in s.outputs:
+        _out(low, Call(s.op, s.inputs, [c]), ind)
+    lu, piv = s.outputs
+    low.line(f"_rt.lu_factor_into({_operand_array(low, s.inputs[0], ind)}, {lu.name}, {piv.name})", ind)
+
+
+def _lower_lu_solve(low, s, ind):
+    lu, piv, b = s.inputs
+    c = _out(low, s, ind)
+    low.line(f"_rt.lu_solve_into({low.view_src(lu.ref)}, {low.view_src(piv.ref)}, "
+             f"{_operand_array(low, b, ind)}, {c.name})", ind)
 
 
 def _lower_reshape(low, s, ind):
@@ -755,26 +1108,27 @@ def _lower_mask(kind):
 
 def _lower_sum_to(low, s, ind):
     """Sum the input, broadcast over the ``full`` iteration space, down to the output's shape."""
-    x = s.inputs[0]
     c = s.outputs[0]
     full = s.attrs["full"]
+    x = low.hoist(s.inputs[0], full, ind)
     if c.ndim == 0:
         acc = low.fresh("acc")
         low.line(f"{acc} = 0.0", ind)
-        names, inner = low.nest(full, ind)
-        low.line(f"{acc} += {low.elem(x, names, full)}", inner)
+        [(_, x)], space = low.collapse([(None, x)], full, ind)
+        _accumulate(low, x, space, lambda names: acc, "{a} + {b}", "0.0", ind)
         low.line(f"{c.name} = {acc}", ind)
         return
     _out(low, s, ind)
     names, inner = low.nest(c.shape, ind, "z")
     low.line(f"{c.name}[{', '.join(names)}] = 0.0", inner)
-    names, inner = low.nest(full, ind)
     lead = len(full) - c.ndim
-    out_idx = []
-    for k in range(c.ndim):
-        n = names[lead + k]
-        out_idx.append("0" if const_value(c.shape[k]) == 1 and const_value(full[lead + k]) != 1 else n)
-    low.line(f"{c.name}[{', '.join(out_idx)}] += {low.elem(x, names, full)}", inner)
+    kept = {lead + k for k in range(c.ndim)
+            if not (const_value(c.shape[k]) == 1 and const_value(full[lead + k]) != 1)}
+
+    def target(names):
+        return f"{c.name}[{', '.join(names[lead + k] if lead + k in kept else '0' for k in range(c.ndim))}]"
+    _accumulate(low, x, full, target, "{a} + {b}", "0.0", ind,
+                reduced={k for k in range(len(full)) if k not in kept})
 
 
 def _lower_trip_count(low, s, ind):
@@ -800,7 +1154,7 @@ CALL_LOWERING = {
     "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
     "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
     "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
-    "matmul_tn_flat": _lower_matmul_tn_flat,
+    "matmul_tn_flat": _lower_matmul_tn_flat, "lu_factor": _lower_lu_factor, "lu_solve": _lower_lu_solve,
     "reshape": _lower_reshape, "cumsum": _lower_cumsum, "triu": _lower_tri, "tril": _lower_tri,
     "einsum": _lower_einsum, "einsum_vjp": _lower_einsum_vjp, "eye": _lower_eye, "arange": _lower_arange,
     "gather": _lower_gather, "gather_last": _lower_gather_last, "add_at": _lower_add_at,
@@ -828,50 +1182,79 @@ def _static_shape(c, params):
 
 
 def _written(stmts):
-    from ..ir.core import stmt_writes, walk
     return {w.container for s in walk(stmts) for w in stmt_writes(s)}
 
 
-def _prologue(low, prog, containers, tapes, ind, written):
+def _prologue(low, prog, containers, tapes, ind, written, returned):
+    """Parameter copies, container and tape bindings. Fixed-shape containers and tapes come from
+    the workspace (``_ws``, kept by the caller between calls so that their memory is not
+    allocated, and paged in, again); ``returned`` containers are handed to the caller and so are
+    allocated afresh."""
     params = prog.params + list(prog.inputs)
     for p in prog.params:
         if p.ndim and p in written:        # the caller's arrays are never modified
             low.line(f"{p.name} = {p.name}.copy()", ind)
+        elif p.ndim:                       # C order, so that loops may read it through flat views
+            low.line(f"{p.name} = np.ascontiguousarray({p.name})", ind)
     for c in sorted(containers, key=lambda c: c.name):
         if c.kind == "arg" or c in tapes:
             continue
         if c.ndim == 0:
             low.line(f"{c.name} = {_scalar_type(c.dtype)}(0)", ind)
         elif _static_shape(c, params):
-            low.line(f"{c.name} = np.empty({low.shape_tuple(c.shape)}, dtype={dtype_src(c.dtype)})", ind)
+            shape = low.shape_tuple(c.shape)
+            if c in returned:
+                low.line(f"{c.name} = {new_array(shape, c.dtype)}", ind)
+            else:
+                for text in low.from_workspace(c.name, shape, c.dtype, c.ndim):
+                    low.line(text, ind)
             low.allocated_at_start.add(c.name)
         else:
             low.line(f"{c.name} = np.empty({(0,) * c.ndim!r}, dtype={dtype_src(c.dtype)})", ind)
     for t in tapes:
-        low.line(f"{t.name} = np.empty(1024, dtype={dtype_src(t.dtype)})", ind)
+        k = len(low.workspace)
+        low.workspace.append((np.dtype(t.dtype).name, 1, t.name))     # returned as grown
+        low.line(f"{t.name} = _ws[{k}]", ind)
+        low.line(f"if {t.name}.shape[0] < 1024:", ind)
+        low.line(f"{t.name} = np.empty(1024, dtype={dtype_src(t.dtype)})", ind + 1)
         low.line(f"{t.name}_top = 0", ind)
 
 
+def _finish(low, name, entry, returns):
+    """Insert the scratch bindings at ``entry``, return ``returns`` and the workspace, and
+    declare the workspace's buffer types for the caller (``WORKSPACE_<name>``)."""
+    low.lines[entry:entry] = ["    " + a for a in low.scratch]
+    ws = "".join(var + ", " for _, _, var in low.workspace)
+    low.line(f"return {returns}, ({ws})", 1)
+    types = tuple((dt, nd) for dt, nd, _ in low.workspace)
+    return HEADER + "\n".join(low.lines) + f"\n\n\nWORKSPACE_{name} = {types!r}\n"
+
+
 def emit_forward(prog) -> str:
+    """``<name>(*params, _ws) -> (result, workspace)``."""
     low = Lowering(prog.containers)
     names = ", ".join(p.name for p in prog.params)
     low.line("@_jit", 0)
-    low.line(f"def {prog.name}({names}):", 0)
-    _prologue(low, prog, [c for c in prog.containers.values()], [], 1, _written(prog.body))
+    low.line(f"def {prog.name}({names}{', ' if names else ''}_ws):", 0)
+    _prologue(low, prog, [c for c in prog.containers.values()], [], 1, _written(prog.body),
+              {prog.results[0]})
+    entry = len(low.lines)
     low.block(prog.body, 1)
-    low.line(f"return {prog.results[0].name}", 1)
-    return HEADER + "\n".join(low.lines) + "\n"
+    return _finish(low, prog.name, entry, prog.results[0].name)
 
 
 def emit_grad(prog, gp, wrt) -> str:
-    """``<name>_grad(*params, cotangent) -> (result, (grads...))``: forward and backward in one function."""
+    """``<name>_grad(*params, cotangent, _ws) -> (result, (grads...), workspace)``: forward and
+    backward in one function."""
     low = Lowering(gp.containers)
     names = ", ".join([p.name for p in prog.params] + [gp.cotangent.name])
     low.line("@_jit", 0)
-    low.line(f"def {prog.name}_grad({names}):", 0)
+    low.line(f"def {prog.name}_grad({names}, _ws):", 0)
     tapes = list(gp.tapes.values())
     containers = [c for c in gp.containers.values() if c is not gp.cotangent]
-    _prologue(low, prog, containers, tapes, 1, _written(gp.forward + gp.backward))
+    returned = {prog.results[0]} | {gp.grads[w] for w in wrt if w in gp.grads}
+    _prologue(low, prog, containers, tapes, 1, _written(gp.forward + gp.backward), returned)
+    entry = len(low.lines)
     low.block(gp.forward, 1)
     low.block(gp.backward, 1)
     outs = []
@@ -886,8 +1269,27 @@ def emit_grad(prog, gp, wrt) -> str:
             outs.append(g.name)
     wrapped = [o if w.ndim else (o if o.startswith("np.full") else f"np.full((1,), {o})")
                for o, w in zip(outs, wrt)]
-    low.line(f"return {prog.results[0].name}, ({''.join(o + ', ' for o in wrapped)})", 1)
-    return HEADER + "\n".join(low.lines) + "\n"
+    return _finish(low, prog.name + "_grad", entry, f"{prog.results[0].name}, ({''.join(o + ', ' for o in wrapped)})")
+
+
+class Kernel:
+    """A compiled function with its workspace: the buffers its fixed-shape intermediates, scratch
+    arrays and tapes live in, kept between calls (a pool, so concurrent or re-entrant calls each
+    get their own). ``release()`` frees them."""
+
+    def __init__(self, fn, types):
+        self.fn = fn
+        self.types = types
+        self.pool = []
+
+    def __call__(self, *args):
+        ws = self.pool.pop() if self.pool else tuple(np.empty((0,) * nd, dtype=dt) for dt, nd in self.types)
+        out = self.fn(*args, ws)
+        self.pool.append(out[-1])
+        return out[0] if len(out) == 2 else out[:-1]
+
+    def release(self):
+        self.pool.clear()
 
 
 def cache_dir() -> str:
@@ -909,13 +1311,13 @@ def compile_source(src: str, name: str):
         with open(tmp, "w") as f:
             f.write(src)
         os.replace(tmp, path)
-    if modname in sys.modules:
-        return getattr(sys.modules[modname], name)
-    spec = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = mod
-    spec.loader.exec_module(mod)
-    return getattr(mod, name)
+    mod = sys.modules.get(modname)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)
+    return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name))
 
 
 def available() -> bool:

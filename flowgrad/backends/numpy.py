@@ -10,7 +10,7 @@ import numpy as np
 
 from ..autodiff.rules import CALLS
 from ..ir.core import (Assign, Call, Const, Expr, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
-                       While, const_value)
+                       While, const_value, iter_reads)
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
           "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
@@ -193,15 +193,18 @@ def _same_shape(a, b):
     return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
 
 
-def _init_lines(containers, skip):
+def _init_lines(containers, params):
+    """Initial bindings. An array whose shape is known at entry exists from the start, so that a
+    program may write it in parts before (or without) any whole write."""
+    params = set(params)
     lines = []
     for c in sorted(containers, key=lambda c: c.name):
-        if c.name in skip:
-            continue
         if c.kind == "tape":
             lines.append(f"{c.name} = []")
         elif c.ndim == 0:
             lines.append(f"{c.name} = {_scalar_ctor(c.dtype)}(0)")
+        elif all(r.ref.container in params for d in c.shape for r in iter_reads(d)):
+            lines.append(f"{c.name} = np.empty({shape_src(c.shape)}, dtype={dtype_src(c.dtype)})")
         else:
             lines.append(f"{c.name} = None")
     return lines
@@ -235,7 +238,7 @@ def emit_forward(prog) -> str:
     e.line(f"def {prog.name}({names}):", 0)
     for ln in _param_lines(prog.params, _written(prog.body)):
         e.line(ln, 1)
-    for ln in _init_lines([c for c in prog.containers.values() if c.kind != "arg"], set()):
+    for ln in _init_lines([c for c in prog.containers.values() if c.kind != "arg"], prog.params):
         e.line(ln, 1)
     e.block(prog.body, 1)
     e.line(f"return {prog.results[0].name}", 1)
@@ -255,7 +258,7 @@ def emit_vjp(prog, gp, wrt) -> str:
     for ln in _param_lines(prog.params, _written(gp.forward + gp.backward)):
         e.line(ln, 1)
     fwd_containers = gp.forward_containers
-    for ln in _init_lines(fwd_containers, set()):
+    for ln in _init_lines(fwd_containers, prog.params):
         e.line(ln, 1)
     e.block(gp.forward, 1)
     e.line("", 1)
@@ -270,7 +273,7 @@ def emit_vjp(prog, gp, wrt) -> str:
         e.line(f"{ct.name} = np.asarray({ct.name}, dtype={dtype_src(ct.dtype)})", 2)
     local = [c for c in gp.containers.values()
              if c not in fwd_containers and c.kind not in ("tape", "arg")]
-    for ln in _init_lines(local, set()):
+    for ln in _init_lines(local, prog.params):
         e.line(ln, 2)
     e.block(gp.backward, 2)
     outs = []

@@ -1,7 +1,10 @@
 """Small helpers the generated NumPy source calls (imported there as ``_rt``)."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import scipy.linalg
 
 
 def sum_to(x, shape, full):
@@ -68,3 +71,19 @@ def matmul_tn_flat(a, g):
     """Sum over all leading axes of ``a[..., :, :].T @ g[..., :, :]``: one (k x rows) @ (rows x m) GEMM."""
     a, g = np.asarray(a), np.asarray(g)
     return np.reshape(a, (-1, a.shape[-1])).T @ np.reshape(g, (-1, g.shape[-1]))
+
+
+def lu_factor(a):
+    """``(lu, piv)``: the LU factorisation (partial pivoting, LAPACK getrf) that ``np.linalg.solve``
+    computes on every call, kept for ``lu_solve`` (see ``flowgrad.passes.hoist``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)   # singular: raised by lu_solve
+        return scipy.linalg.lu_factor(np.asarray(a), check_finite=False)
+
+
+def lu_solve(lu, piv, b):
+    """``np.linalg.solve(a, b)`` from ``lu_factor(a)``: the same LAPACK getrs, so the same values;
+    an exactly singular ``a`` raises ``LinAlgError`` as NumPy does."""
+    if not np.all(np.diagonal(lu)):
+        raise np.linalg.LinAlgError("Singular matrix")
+    return scipy.linalg.lu_solve((lu, piv), np.asarray(b), check_finite=False)

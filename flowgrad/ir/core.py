@@ -234,6 +234,19 @@ ELEMENTWISE = {
     "float64": (1, "cast"), "float32": (1, "cast"), "int64": (1, "cast"), "int32": (1, "cast"),
     "bool": (1, "cast"),
 }
+# Element functions cheap enough to evaluate again rather than store or hoist (no division, no
+# transcendental): backends and passes may duplicate them freely.
+CHEAP_OPS = frozenset({"add", "subtract", "multiply", "negative", "abs", "square", "maximum", "minimum",
+                       "where", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
+                       "logical_and", "logical_or", "logical_not", "float64", "float32", "int64",
+                       "int32", "bool"})
+
+
+def is_cheap(e) -> bool:
+    """Whether ``e`` uses only ``CHEAP_OPS``."""
+    return not isinstance(e, Op) or (e.name in CHEAP_OPS and all(is_cheap(a) for a in e.args))
+
+
 CASTS = {"float64": np.float64, "float32": np.float32, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
 
 
@@ -520,6 +533,18 @@ def walk(stmts):
         yield s
         for body in child_blocks(s):
             yield from walk(body)
+
+
+def map_blocks(s, fn):
+    """``s`` rebuilt with ``fn`` applied to each of its nested statement lists (``s`` itself if it
+    has none)."""
+    if isinstance(s, For):
+        return For(s.var, s.start, s.stop, s.step, fn(s.body), s.reverse, s.loc)
+    if isinstance(s, While):
+        return While(s.cond, fn(s.body), s.loc)
+    if isinstance(s, If):
+        return If(s.cond, fn(s.then), fn(s.orelse), s.loc)
+    return s
 
 
 def child_blocks(s):

@@ -9,7 +9,7 @@ a reduction). NumPy would materialise ``T``; the native backend then evaluates `
 """
 from __future__ import annotations
 
-from ..ir.core import (Assign, Call, For, If, Op, Read, While, iter_reads, op, same_expr, stmt_reads,
+from ..ir.core import (Assign, Call, Op, Read, is_cheap, iter_reads, map_blocks, op, same_expr, stmt_reads,
                        stmt_writes, walk)
 
 _ELEMENT_ONCE = {"sum", "prod", "max", "min", "sum_to"}
@@ -17,10 +17,12 @@ _ELEMENT_ONCE = {"sum", "prod", "max", "min", "sum_to"}
 
 def fuse_temporaries(body, protected=()):
     """Return a new body with single-use temporaries inlined (``protected`` containers are kept)."""
-    reads, writes = {}, {}
+    reads, readers, writes = {}, {}, {}
     for s in walk(body):
         for r in stmt_reads(s):
             reads[r.ref.container] = reads.get(r.ref.container, 0) + 1
+        for c in {r.ref.container for r in stmt_reads(s)}:
+            readers[c] = readers.get(c, 0) + 1
         for w in stmt_writes(s):
             writes[w.container] = writes.get(w.container, 0) + 1
     protected = set(protected)
@@ -31,22 +33,14 @@ def fuse_temporaries(body, protected=()):
         c = s.dst.container
         if c.kind != "transient" or c.ndim == 0 or c in protected:
             return None
-        if writes.get(c) != 1 or reads.get(c) != 1:
+        if writes.get(c) != 1 or readers.get(c) != 1 or (reads.get(c) != 1 and not is_cheap(s.expr)):
             return None
         if any(r.ref.container is c for r in iter_reads(s.expr)):
             return None
         return c
 
     def block(stmts):
-        out = []
-        for s in stmts:
-            if isinstance(s, For):
-                s = For(s.var, s.start, s.stop, s.step, block(s.body), s.reverse, s.loc)
-            elif isinstance(s, While):
-                s = While(s.cond, block(s.body), s.loc)
-            elif isinstance(s, If):
-                s = If(s.cond, block(s.then), block(s.orelse), s.loc)
-            out.append(s)
+        out = [map_blocks(s, block) for s in stmts]
         k = 0
         while k < len(out):
             c = candidate(out[k])

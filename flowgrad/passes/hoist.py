@@ -1,0 +1,65 @@
+"""Factorise a matrix once when a loop solves with it on every iteration.
+
+Needs: a statement list (a forward program, or the forward and backward sweeps of a gradient),
+the program's container table and a namer. Changes: ``x = solve(A, b)`` inside a loop that
+never writes ``A`` becomes ``x = lu_solve(lu, piv, b)``, with ``lu, piv = lu_factor(A)`` just
+before the loop (before the outermost loop that leaves ``A`` alone). ``np.linalg.solve``
+factorises ``A`` on every call (O(n^3)); the triangular solves are O(n^2). The adjoint of a solve
+is a solve with ``A``'s transpose, so the backward sweep's solves are hoisted the same way.
+Values are the same LAPACK getrf/getrs results NumPy computes. A factorisation runs even when
+the loop makes no iteration; a singular ``A`` still raises only when a solve runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.core import Call, Container, For, If, Read, Ref, While, iter_reads, map_blocks, stmt_writes, walk
+
+
+def hoist_factorizations(stmts, containers, namer):
+    """``stmts`` with loop-invariant solves factorised ahead of their loops (new containers are
+    added to ``containers``)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, (For, While)):
+            body = hoist_factorizations(s.body, containers, namer)
+            varying = {w.container for u in walk(body) for w in stmt_writes(u)}
+            if isinstance(s, For):
+                varying.add(s.var)
+            pre = []
+            body = _rewrite(body, varying, pre, containers, namer)
+            out += pre
+            s = For(s.var, s.start, s.stop, s.step, body, s.reverse, s.loc) if isinstance(s, For) else \
+                While(s.cond, body, s.loc)
+        else:
+            s = map_blocks(s, lambda b: hoist_factorizations(b, containers, namer))
+        out.append(s)
+    return out
+
+
+def _invariant(e, varying):
+    return isinstance(e, Read) and len(e.shape) == 2 and \
+        not any(r.ref.container in varying for r in iter_reads(e)) and \
+        not any(r.ref.container in varying for ie in e.ref.index_exprs() for r in iter_reads(ie))
+
+
+def _rewrite(stmts, varying, pre, containers, namer):
+    """Replace invariant solves (and move invariant factorisations made by inner loops) at this
+    loop level: through branches, not into nested loops (already done)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Call) and s.op == "solve" and _invariant(s.inputs[0], varying):
+            a = s.inputs[0]
+            dtype = np.result_type(a.dtype, np.float64) if a.dtype.kind != "f" else a.dtype
+            lu = Container(namer("lu"), dtype, a.shape, "transient")
+            piv = Container(namer("piv"), np.dtype(np.int32), a.shape[:1], "transient")
+            containers[lu.name], containers[piv.name] = lu, piv
+            pre.append(Call("lu_factor", [a], [lu, piv], {}, s.loc))
+            s = Call("lu_solve", [Read(Ref(lu)), Read(Ref(piv)), s.inputs[1]], s.outputs, {}, s.loc)
+        elif isinstance(s, Call) and s.op == "lu_factor" and _invariant(s.inputs[0], varying):
+            pre.append(s)
+            continue
+        elif isinstance(s, If):
+            s = map_blocks(s, lambda b: _rewrite(b, varying, pre, containers, namer))
+        out.append(s)
+    return out
