@@ -18,10 +18,11 @@ wall time; otherwise wall time. ``--keep-heap`` stops glibc from returning freed
 OS after every step (for the whole process, both frameworks): NumPy-backend steps allocate and
 free tens of MB, and re-faulting that memory in can cost more than the arithmetic.
 
-Measured (2-core AMD EPYC VM shared with other jobs, ``--threads 1 --keep-heap``; flowgrad
-time / PyTorch time, numpy backend / native backend): mlp 1.09x / 0.93x, lenet5 1.09x / 1.34x,
-resnet_block 2.47x / 1.82x, transformer 1.76x / 6.80x, cnn1d 1.41x / 1.57x. Without
-``--keep-heap`` (numpy backend): 1.12x, 1.09x, 2.10x, 4.00x, 1.40x.
+Measured (2-core AMD EPYC VM shared with other jobs, ``--threads 1``, no ``--keep-heap``; flowgrad
+time / PyTorch time): native backend (the default) mlp 0.83x, lenet5 0.55x, resnet_block 1.37x,
+transformer 1.28x, cnn1d 0.97x; numpy backend 1.30x, 1.11x, 2.66x, 4.26x, 1.23x. What remains
+on resnet_block is mostly GEMM time: OpenBLAS's sgemm runs these shapes at 50-60 GFLOP/s on one
+core, the library PyTorch uses at 65-80.
 
 The model zoo (``make_models``) is also what ``tests/test_ml_torch.py`` and
 ``tests/test_ml_onnx.py`` check against ``torch.autograd``, at ``size="test"``.
