@@ -476,7 +476,7 @@ class Lowering:
                     add(tape, f"{count} * ({d})" if known and d is not None else None)
             elif isinstance(s, If):
                 then, orelse = self.demand(s.then, varying), self.demand(s.orelse, varying)
-                for tape in set(then) | set(orelse):
+                for tape in dict.fromkeys(list(then) + list(orelse)):     # in program order
                     a, b = then.get(tape, "0"), orelse.get(tape, "0")
                     add(tape, None if a is None or b is None else f"max({a}, {b})")
             elif isinstance(s, While):
