@@ -537,6 +537,11 @@ def parse_args(argv):
     p.add_argument("--cold-cache", action="store_true",
                    help="point FLOWGRAD_CACHE_DIR at a new empty directory for this run, so that first-call "
                         "latencies include compiling (the native backend caches compiled code on disk)")
+    p.add_argument("--one-cpu", action="store_true",
+                   help="pin the whole process (every system measured) to one CPU before JAX or PyTorch "
+                        "start: XLA runs its CPU work on several threads even with "
+                        "--xla_cpu_multi_thread_eigen=false, so thread settings alone do not make a "
+                        "single-core comparison")
     p.add_argument("--no-jax", action="store_true", help="skip JAX even when it is installed")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even when it is installed")
     p.add_argument("--check", action="store_true",
@@ -600,6 +605,11 @@ def main(argv=None):
         return 2
     size = ns.size or ("test" if ns.check else "bench")
     budget = ns.budget if ns.budget is not None else (2.0 if ns.quick or size == "test" else 8.0)
+    if ns.one_cpu:
+        if not hasattr(os, "sched_setaffinity"):
+            print("error: --one-cpu needs os.sched_setaffinity (Linux)", file=sys.stderr)
+            return 2
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     cold_dir = None
     if ns.cold_cache:
         cold_dir = tempfile.mkdtemp(prefix="flowgrad-bench-cache-")
