@@ -4,7 +4,7 @@ Two parts:
 
 * **Call ops** that the NumPy frontend never needed, each registered in the rule table
   (``flowgrad.autodiff.rules.CALLS``: NumPy forward template and adjoint) and in the native
-  backend (``flowgrad.backends.native.CALL_LOWERING``: loop nests around BLAS calls):
+  backend (``flowgrad.backends.native_calls.CALL_LOWERING``: loop nests around BLAS calls):
 
   ``linear`` (x @ w.T with the weight's adjoint in its own layout), ``conv`` with its adjoints
   ``conv_grad_input``/``conv_grad_weight`` (im2col + one GEMM per group; the input adjoint is
@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from .autodiff import rules
-from .backends import native as native_backend
+from .backends import native_calls
 from .backends import runtime as numpy_runtime
 from .backends.numpy import dtype_src
 from .errors import FlowgradError, InputError, UnsupportedError
@@ -314,7 +314,7 @@ NN_CALLS = {
 
 def _alloc(low, c, ind):
     if c.ndim and low.needs_allocation(c):
-        low.line(f"{c.name} = {native_backend.new_array(low.shape_tuple(c.shape), c.dtype)}", ind)
+        low.line(f"{c.name} = {native_calls.new_array(low.shape_tuple(c.shape), c.dtype)}", ind)
 
 
 def _ints(shape):
@@ -418,7 +418,7 @@ def _lower_conv(low, s, ind):
     _im2col_loops(low, x, s.attrs, kernel, groups, cols, out, ind)
     if low.nesting == 0 and isinstance(x, Read):
         low.once[_cols_key(low, x, s.attrs, kernel, c.dtype)] = cols
-    low.line(f"{w2} = np.ascontiguousarray({native_backend._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
+    low.line(f"{w2} = np.ascontiguousarray({native_calls._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
              f"{rk}))", ind)
     y = low.scratch_array("y", (groups, og, n * _prod(out)), c.dtype, ind)
     low.line(f"for {gi} in range({groups}):", ind)
@@ -460,7 +460,7 @@ def _lower_conv_grad_input(low, s, ind):
     w2, gi = low.fresh("w2"), low.fresh("g")
     rows = low.scratch_array("rows", (groups, og, n * _prod(out)), c.dtype, ind)
     _rows_from(low, g, groups, og, rows, ind)
-    low.line(f"{w2} = np.ascontiguousarray({native_backend._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
+    low.line(f"{w2} = np.ascontiguousarray({native_calls._operand_array(low, w, ind)}).reshape(({groups}, {og}, "
              f"{rk}))", ind)
     gcols = low.scratch_array("gcols", (groups, rk, n * _prod(out)), c.dtype, ind)
     low.line(f"for {gi} in range({groups}):", ind)
@@ -561,12 +561,12 @@ def _lower_max_first_grad(low, s, ind):
 
 def _lower_linear(low, s, ind):
     x, w = s.inputs
-    xs, ws = native_backend._operand_array(low, x, ind), native_backend._operand_array(low, w, ind)
+    xs, ws = native_calls._operand_array(low, x, ind), native_calls._operand_array(low, w, ind)
     low.line(f"{s.outputs[0].name} = np.dot({xs}, {ws}.T)", ind)
 
 
 def _lower_max_const(low, s, ind):
-    native_backend.CALL_LOWERING["max"](low, Call("max", s.inputs, s.outputs, s.attrs, s.loc), ind)
+    native_calls.CALL_LOWERING["max"](low, Call("max", s.inputs, s.outputs, s.attrs, s.loc), ind)
 
 
 def _lower_elementwise(fn):
@@ -607,7 +607,7 @@ NN_LOWERING = {
 }
 
 rules.CALLS.update(NN_CALLS)
-native_backend.CALL_LOWERING.update(NN_LOWERING)
+native_calls.CALL_LOWERING.update(NN_LOWERING)
 
 
 # ================================================================ the layer builder

@@ -1,0 +1,547 @@
+"""The native backend's lowering of ``Call`` statements (``CALL_LOWERING``): reductions with
+register accumulators, BLAS products and loops for matrix-vector ones, solves and kept LU
+factorisations, gathers and scatters, einsum, and the checkpoint-schedule helpers. Each
+lowering is ``fn(low, call, indent)`` over a ``native.Lowering``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FlowgradError
+from ..ir.core import Call, Read, Ref, const_value, op, same_ref
+from .numpy import dtype_src
+
+
+def new_array(shape, dtype, zeros=False):
+    """Source allocating an array (``shape``: the source of a tuple); large ones get huge pages."""
+    return f"_rt.huge_pages(np.{'zeros' if zeros else 'empty'}({shape}, dtype={dtype_src(dtype)}))"
+
+
+def _scalar_type(dt):
+    dt = np.dtype(dt)
+    return {"f": f"np.{dt.name}", "i": "np.int64", "u": "np.int64", "b": "np.bool_"}[dt.kind]
+
+
+def _out(low, s, ind):
+    """Allocate a Call's (whole) output container."""
+    c = s.outputs[0]
+    if c.ndim and low.needs_allocation(c):
+        low.line(f"{c.name} = {new_array(low.shape_tuple(c.shape), c.dtype)}", ind)
+    return c
+
+
+def _reduce_axes(call, ndim):
+    axes = call.attrs.get("axis")
+    if axes is None:
+        return tuple(range(ndim))
+    return axes if isinstance(axes, tuple) else (axes,)
+
+
+_INIT = {"sum": "0", "prod": "1", "max": "-np.inf", "min": "np.inf"}
+_COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
+
+
+def _lower_reduction(low, s, ind):
+    x = low.hoist(s.inputs[0], s.inputs[0].shape, ind)
+    c = _out(low, s, ind)
+    red = _reduce_axes(s, len(x.shape))
+    keep = s.attrs.get("keepdims", False)
+    init = _INIT[s.op]
+    if c.dtype.kind in "iub" and s.op in ("max", "min"):
+        init = "-(1 << 62)" if s.op == "max" else "(1 << 62)"
+    elif c.dtype.kind == "f" and s.op in ("sum", "prod"):
+        init += ".0"
+    combine = _COMBINE[s.op]
+    if c.ndim == 0:
+        acc = low.fresh("acc")
+        low.line(f"{acc} = {init}", ind)
+        [(_, x)], space = low.collapse([(None, x)], x.shape, ind)
+        _accumulate(low, x, space, lambda names: acc, combine, init, ind)
+        low.line(f"{c.name} = {_scalar_type(c.dtype)}({acc})", ind)
+        return
+    names, inner = low.nest(c.shape, ind, "o")
+    low.line(f"{c.name}[{', '.join(names)}] = {init}", inner)
+
+    def target(names):
+        out_idx = []
+        for k, n in enumerate(names):
+            if k not in red:
+                out_idx.append(n)
+            elif keep:
+                out_idx.append("0")
+        return f"{c.name}[{', '.join(out_idx)}]"
+    _accumulate(low, x, x.shape, target, combine, init, ind, reduced=red)
+
+
+_LANES = 4      # independent accumulators along an innermost reduced axis
+
+
+def _accumulate(low, x, shape, target, combine, init, ind, reduced=None):
+    """``target(names) = combine(target(names), x[names])`` over ``shape``; ``reduced`` are the
+    axes ``target`` does not index (None: all). When the innermost axis is reduced its loop keeps
+    ``_LANES`` accumulators in registers, several independent chains the CPU overlaps (and the
+    compiler packs into vector registers) instead of one serial chain through memory."""
+    last = len(shape) - 1
+    if last < 0 or (reduced is not None and last not in reduced):
+        names, inner = low.nest(shape, ind)
+        t = target(names)
+        low.line(f"{t} = {combine.format(a=t, b=low.elem(x, names, shape))}", inner)
+        return
+    lanes = [low.fresh("lane") for _ in range(_LANES)]
+    if reduced is None:
+        for a in lanes:
+            low.line(f"{a} = {init}", ind)
+    outer, inner = low.nest(shape[:-1], ind)
+    if reduced is not None:
+        for a in lanes:
+            low.line(f"{a} = {init}", inner)
+    n, m, j = low.fresh("n"), low.fresh("m"), low.fresh("j")
+    low.line(f"{n} = {low.src(shape[-1])}", inner)
+    low.line(f"{m} = {n} - {n} % {_LANES}", inner)
+    low.line(f"for {j} in range(0, {m}, {_LANES}):", inner)
+    for k, a in enumerate(lanes):
+        idx = j if k == 0 else f"({j} + {k})"
+        low.line(f"{a} = {combine.format(a=a, b=low.elem(x, outer + [idx], shape))}", inner + 1)
+    low.line(f"for {j} in range({m}, {n}):", inner)
+    low.line(f"{lanes[0]} = {combine.format(a=lanes[0], b=low.elem(x, outer + [j], shape))}", inner + 1)
+    pairs = combine.format(a=combine.format(a=lanes[0], b=lanes[1]), b=combine.format(a=lanes[2], b=lanes[3]))
+    if reduced is None:
+        low.line(f"{target(outer)} = {combine.format(a=target(outer), b=pairs)}", ind)
+    else:
+        t = target(outer + [None])
+        low.line(f"{t} = {combine.format(a=t, b=pairs)}", inner)
+
+
+def _lower_argext(low, s, ind):
+    x = s.inputs[0]
+    c = _out(low, s, ind)
+    if s.attrs.get("axis") is not None or c.ndim:
+        raise FlowgradError(f"{s.loc}: the native backend supports {s.op} over the whole array only")
+    best, arg, pos = low.fresh("best"), low.fresh("arg"), low.fresh("pos")
+    low.line(f"{best} = {'-np.inf' if s.op == 'argmax' else 'np.inf'}", ind)
+    low.line(f"{arg} = 0", ind)
+    low.line(f"{pos} = 0", ind)
+    names, inner = low.nest(x.shape, ind)
+    v = low.fresh("v")
+    low.line(f"{v} = {low.elem(x, names, x.shape)}", inner)
+    low.line(f"if {v} {'>' if s.op == 'argmax' else '<'} {best}:", inner)
+    low.line(f"{best} = {v}", inner + 1)
+    low.line(f"{arg} = {pos}", inner + 1)
+    low.line(f"{pos} += 1", inner)
+    low.line(f"{c.name} = {arg}", ind)
+
+
+def _operand_array(low, e, ind):
+    """An array expression for a BLAS operand (a contiguous view or a materialised temporary).
+    The transpose of a whole matrix is passed as it is: BLAS reads Fortran order directly."""
+    if isinstance(e, Read):
+        r = e.ref
+        if r.perm == (1, 0) and Ref(r.container).is_whole() and same_ref(Ref(r.container, r.items), Ref(r.container)):
+            return f"{r.container.name}.T"
+        return f"np.ascontiguousarray({low.view_src(r)})" if not r.is_whole() else low.view_src(r)
+    tmp = low.fresh("opnd")
+    low.line(f"{tmp} = np.empty({low.shape_tuple(e.shape)}, dtype=np.float64)", ind)
+    names, inner = low.nest(e.shape, ind)
+    low.line(f"{tmp}[{', '.join(names)}] = {low.elem(e, names, e.shape)}", inner)
+    return tmp
+
+
+def _lower_matmul_tn_flat(low, s, ind):
+    a, g = s.inputs
+    c = s.outputs[0]
+    sa, sg = _operand_array(low, a, ind), _operand_array(low, g, ind)
+    low.line(f"{c.name} = np.dot(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T, "
+             f"np.ascontiguousarray({sg}).reshape(-1, {low.src(g.shape[-1])}))", ind)
+
+
+def _lower_matmul(low, s, ind):
+    a, b = s.inputs
+    c = s.outputs[0]
+    if min(len(a.shape), len(b.shape)) == 1 and max(len(a.shape), len(b.shape)) <= 2 and \
+            not all(isinstance(e, Read) and e.ref.is_whole() for e in (a, b)):
+        _out(low, s, ind)
+        _lower_matvec(low, a, b, c, ind)
+        return
+    sa, sb = _operand_array(low, a, ind), _operand_array(low, b, ind)
+    if len(a.shape) > 2 and len(b.shape) == 2:
+        # (..., n, k) @ (k, m): one GEMM over the flattened leading axes
+        low.line(f"{c.name} = np.dot(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}), "
+                 f"np.ascontiguousarray({sb})).reshape({low.shape_tuple(c.shape)})", ind)
+        return
+    if len(a.shape) <= 2 and len(b.shape) <= 2:
+        if c.ndim == 0:
+            low.line(f"{c.name} = np.float64(np.dot({sa}, {sb}))", ind)
+        elif len(a.shape) == 2 and len(b.shape) == 2 and c.name in low.allocated_at_start:
+            low.line(f"np.dot({sa}, {sb}, {c.name})", ind)      # into the buffer: no fresh result array
+        else:
+            low.line(f"{c.name} = np.dot({sa}, {sb})", ind)
+        return
+    _out(low, s, ind)
+    # batched: each operand's view is indexed by the batch element first and only that matrix is
+    # made contiguous (a whole-operand copy per batch element would cost batch-size times more)
+    def batched(e):
+        return len(e.shape) - (2 if len(e.shape) > 1 else 1) > 0
+
+    srcs = []
+    for e, src in ((a, sa), (b, sb)):
+        if batched(e):
+            srcs.append(low.view_src(e.ref) if isinstance(e, Read) else src)
+        else:
+            srcs.append(low.fresh("opnd"))
+            low.line(f"{srcs[-1]} = {src}", ind)
+    sa, sb = srcs
+    batch = c.shape[:-2] if len(a.shape) > 1 and len(b.shape) > 1 else c.shape[:-1]
+    names, inner = low.nest(batch, ind, "b")
+
+    def pick(src, e):
+        nb = len(e.shape) - (2 if len(e.shape) > 1 else 1)
+        if nb <= 0:
+            return src
+        lead = names[len(names) - nb:]
+        idx = [("0" if const_value(e.shape[k]) == 1 and const_value(batch[len(batch) - nb + k]) != 1 else n)
+               for k, n in enumerate(lead)]
+        return f"{src}[{', '.join(idx)}]"
+    def matrix(src, e):
+        """One batch element's matrix: a whole container's (transposed or not) is used where it
+        lies, C or Fortran order both suit BLAS; other views are copied contiguous."""
+        if isinstance(e, Read) and len(e.shape) > 2 and same_ref(Ref(e.ref.container, e.ref.items),
+                                                                Ref(e.ref.container)):
+            nd = len(e.shape)
+            if e.ref.perm is None:
+                return pick(e.ref.container.name, e)
+            if e.ref.perm == tuple(range(nd - 2)) + (nd - 1, nd - 2):
+                return pick(e.ref.container.name, e) + ".T"
+        return f"np.ascontiguousarray({pick(src, e)})"
+    out = f"{c.name}[{', '.join(names)}]"
+    if len(a.shape) > 1 and len(b.shape) > 1:
+        low.line(f"np.dot({matrix(sa, a)}, {matrix(sb, b)}, {out})", inner)
+    else:
+        low.line(f"{out} = np.dot({matrix(sa, a)}, {matrix(sb, b)})", inner)
+
+
+def _lower_matvec(low, a, b, c, ind):
+    """A product with a vector operand, as loops reading the operands where they are: BLAS would
+    need a contiguous copy of a strided view, which costs as much as the product itself (one
+    pass over the matrix either way)."""
+    if len(a.shape) == 1 and len(b.shape) == 2:
+        # v @ M: rows of M scaled and added, the inner loop along M's rows
+        names, inner = low.nest(c.shape, ind, "z")
+        low.line(f"{c.name}[{names[0]}] = 0.0", inner)
+        names, inner = low.nest(b.shape, ind)
+        low.line(f"{c.name}[{names[1]}] += {low.elem(a, names[:1], a.shape)} * {low.elem(b, names, b.shape)}", inner)
+        return
+    if c.ndim == 0:
+        acc = low.fresh("acc")
+        low.line(f"{acc} = 0.0", ind)
+        _accumulate(low, op("multiply", a, b), a.shape, lambda names: acc, "{a} + {b}", "0.0", ind)
+        low.line(f"{c.name} = {_scalar_type(c.dtype)}({acc})", ind)
+        return
+    # M @ v: one dot product per row
+    names, inner = low.nest(c.shape, ind, "z")
+    low.line(f"{c.name}[{names[0]}] = 0.0", inner)
+    _accumulate(low, op("multiply", a, b), a.shape, lambda names: f"{c.name}[{names[0]}]", "{a} + {b}",
+                "0.0", ind, reduced={1})
+
+
+def _lower_solve(low, s, ind):
+    a, b = s.inputs
+    c = s.outputs[0]
+    # Numba's LAPACK results are in Fortran order; containers are kept in C order (flat views)
+    low.line(f"{c.name} = np.ascontiguousarray(np.linalg.solve({_operand_array(low, a, ind)}, "
+             f"{_operand_array(low, b, ind)}))", ind)
+
+
+def _lower_lu_factor(low, s, ind):
+    for c in s.outputs:
+        _out(low, Call(s.op, s.inputs, [c]), ind)
+    lu, piv = s.outputs
+    low.line(f"_rt.lu_factor_into({_operand_array(low, s.inputs[0], ind)}, {lu.name}, {piv.name})", ind)
+
+
+def _lower_lu_solve(low, s, ind):
+    lu, piv, b = s.inputs
+    c = _out(low, s, ind)
+    low.line(f"_rt.lu_solve_into({low.view_src(lu.ref)}, {low.view_src(piv.ref)}, "
+             f"{_operand_array(low, b, ind)}, {c.name})", ind)
+
+
+def _lower_reshape(low, s, ind):
+    x = s.inputs[0]
+    c = s.outputs[0]
+    low.line(f"{c.name} = np.ascontiguousarray({_operand_array(low, x, ind)}).reshape("
+             f"{low.shape_tuple(c.shape)}).copy()", ind)
+
+
+def _lower_cumsum(low, s, ind):
+    x = s.inputs[0]
+    c = _out(low, s, ind)
+    axis = s.attrs["axis"]
+    names, inner = low.nest(x.shape, ind)
+    prev = list(names)
+    prev[axis] = f"{names[axis]} - 1"
+    low.line(f"if {names[axis]} == 0:", inner)
+    low.line(f"{c.name}[{', '.join(names)}] = {low.elem(x, names, x.shape)}", inner + 1)
+    low.line("else:", inner)
+    low.line(f"{c.name}[{', '.join(names)}] = {c.name}[{', '.join(prev)}] + {low.elem(x, names, x.shape)}",
+             inner + 1)
+
+
+def _lower_tri(low, s, ind):
+    x = s.inputs[0]
+    c = _out(low, s, ind)
+    names, inner = low.nest(x.shape, ind)
+    i, j = names[-2], names[-1]
+    keep = f"{j} - {i} >= {s.attrs['k']}" if s.op == "triu" else f"{j} - {i} <= {s.attrs['k']}"
+    low.line(f"{c.name}[{', '.join(names)}] = {low.elem(x, names, x.shape)} if {keep} else 0.0", inner)
+
+
+def _einsum_loops(low, subscripts, operands, out_expr_fn, ind, k_target=None):
+    """A loop nest over every einsum letter; ``out_expr_fn(letter_index)`` gives the statement."""
+    ins, out = subscripts.split("->")
+    terms = ins.split(",")
+    dims = {}
+    for t, o in zip(terms, operands):
+        for ch, d in zip(t, o.shape):
+            if ch not in dims or const_value(dims[ch]) == 1:
+                dims[ch] = d
+    letters = list(dict.fromkeys("".join(terms) + out))
+    name = {}
+    for ch in letters:
+        n = low.fresh("e" + ch)
+        low.line(f"for {n} in range({low.src(dims[ch])}):", ind)
+        name[ch] = n
+        ind += 1
+    out_expr_fn(name, terms, out, ind)
+
+
+def _lower_einsum(low, s, ind):
+    c = _out(low, s, ind)
+    spec = s.attrs["subscripts"]
+    if c.ndim:
+        names, inner = low.nest(c.shape, ind, "z")
+        low.line(f"{c.name}[{', '.join(names)}] = 0", inner)
+    else:
+        low.line(f"{c.name} = 0.0", ind)
+    ops = list(s.inputs)
+
+    def body(name, terms, out, inner):
+        prod = " * ".join(_operand_elem(low, o, t, name) for o, t in zip(ops, terms))
+        target = f"{c.name}[{', '.join(name[ch] for ch in out)}]" if c.ndim else c.name
+        low.line(f"{target} += {prod}", inner)
+    _einsum_loops(low, spec, ops, body, ind)
+
+
+def _operand_elem(low, o, term, name):
+    idx = [name[ch] for ch in term]
+    return low.elem(o, idx, o.shape)
+
+
+def _lower_einsum_vjp(low, s, ind):
+    c = _out(low, s, ind)
+    spec, k = s.attrs["subscripts"], s.attrs["k"]
+    g, ops = s.inputs[0], list(s.inputs[1:])
+    names, inner = low.nest(c.shape, ind, "z")
+    low.line(f"{c.name}[{', '.join(names)}] = 0", inner)
+    ins, out = spec.split("->")
+    terms = ins.split(",")
+    full = ",".join(terms + [out]) + "->" + out
+
+    def body(name, _terms, _out, inner):
+        factors = [_operand_elem(low, g, out, name)] if out else [low.src(g)]
+        factors += [_operand_elem(low, o, t, name) for j, (o, t) in enumerate(zip(ops, terms)) if j != k]
+        target = f"{c.name}[{', '.join(name[ch] for ch in terms[k])}]"
+        low.line(f"{target} += {' * '.join(factors)}", inner)
+    _einsum_loops(low, full, ops + [g], body, ind)
+
+
+def _lower_eye(low, s, ind):
+    c = _out(low, s, ind)
+    names, inner = low.nest(c.shape, ind)
+    low.line(f"{c.name}[{names[0]}, {names[1]}] = 1.0 if {names[1]} - {names[0]} == {s.attrs['k']} else 0.0",
+             inner)
+
+
+def _lower_arange(low, s, ind):
+    c = _out(low, s, ind)
+    start, _, step = (low.src(e) for e in s.inputs)
+    names, inner = low.nest(c.shape, ind)
+    low.line(f"{c.name}[{names[0]}] = {start} + {names[0]} * {step}", inner)
+
+
+def _advanced(low, s, src_shape, arrays, ind):
+    """Loops over an advanced index's result; returns (result index names, source index sources, indent)."""
+    spec = s.attrs["spec"]
+    adv_shapes = [a.shape for a in arrays]
+    from ..ir.core import broadcast_shapes
+    bshape = broadcast_shapes(*adv_shapes) if adv_shapes else ()
+    adv_pos = [k for k, it in enumerate(spec) if it[0] in ("array", "int")]
+    adjacent = adv_pos == list(range(adv_pos[0], adv_pos[0] + len(adv_pos))) if adv_pos else True
+    basic = [k for k, it in enumerate(spec) if it[0] == "slice"]
+    # result layout: the broadcast advanced block sits at the first advanced position when adjacent
+    layout = []
+    if adjacent:
+        layout = [("basic", k) for k in basic if k < adv_pos[0]] + [("adv", j) for j in range(len(bshape))] + \
+                 [("basic", k) for k in basic if k > adv_pos[-1]]
+    else:
+        layout = [("adv", j) for j in range(len(bshape))] + [("basic", k) for k in basic]
+    extents = []
+    slices = {}
+    for kind, k in layout:
+        if kind == "adv":
+            extents.append(bshape[k])
+        else:
+            _, start, stop, step = spec[k]
+            sl = low.fresh("sl")
+            low.line(f"{sl} = _rt.slice_indices({_opt(low, start)}, {_opt(low, stop)}, {_opt(low, step)}, "
+                     f"{low.src(src_shape[k])})", ind)
+            slices[k] = sl
+            extents.append(_Raw(f"{sl}[3]"))
+    names = []
+    for ext in extents:
+        n = low.fresh("r")
+        low.line(f"for {n} in range({ext.text if isinstance(ext, _Raw) else low.src(ext)}):", ind)
+        names.append(n)
+        ind += 1
+    adv_names = [n for (kind, _), n in zip(layout, names) if kind == "adv"]
+    basic_name = {k: n for (kind, k), n in zip(layout, names) if kind == "basic"}
+    src_idx, arr_iter = [], iter(arrays)
+    for k, it in enumerate(spec):
+        if it[0] == "array":
+            arr = next(arr_iter)
+            src_idx.append(f"_rt.wrap({low.elem(arr, adv_names, bshape)}, {low.src(src_shape[k])})")
+        elif it[0] == "int":
+            src_idx.append(low.src(it[1]))
+        else:
+            sl = slices[k]
+            src_idx.append(f"{sl}[0] + {basic_name[k]} * {sl}[2]")
+    return names, src_idx, ind
+
+
+class _Raw:
+    def __init__(self, text):
+        self.text = text
+
+
+def _opt(low, e):
+    return "None" if e is None else low.src(e)
+
+
+def _lower_gather(low, s, ind):
+    x, *arrays = s.inputs
+    c = _out(low, s, ind)
+    names, src_idx, inner = _advanced(low, s, x.shape, arrays, ind)
+    target = f"{c.name}[{', '.join(names)}]" if c.ndim else c.name
+    low.line(f"{target} = {x.ref.container.name}[{', '.join(src_idx)}]", inner)
+
+
+def _lower_scatter(low, s, ind, accumulate=False):
+    v, *arrays = s.inputs
+    y = s.outputs[0]
+    names, src_idx, inner = _advanced(low, s, y.shape, arrays, ind)
+    shape = s.attrs["value_shape"]
+    value = low.elem(v, names, shape)
+    low.line(f"{y.name}[{', '.join(src_idx)}] {'+=' if accumulate else '='} {value}", inner)
+
+
+def _lower_add_at(low, s, ind):
+    _lower_scatter(low, s, ind, accumulate=True)
+
+
+def _lower_gather_last(low, s, ind):
+    g, *arrays = s.inputs
+    c = _out(low, s, ind)
+    y_shape = g.shape
+    probe = low.fresh("probe")
+    count = low.fresh("n")
+    low.line(f"{probe} = np.full({low.shape_tuple(y_shape)}, -1, dtype=np.int64)", ind)
+    low.line(f"{count} = 0", ind)
+    names, src_idx, inner = _advanced(low, s, y_shape, arrays, ind)
+    low.line(f"{probe}[{', '.join(src_idx)}] = {count}", inner)
+    low.line(f"{count} += 1", inner)
+    low.line(f"{count} = 0", ind)
+    names, src_idx, inner = _advanced(low, s, y_shape, arrays, ind)
+    target = f"{c.name}[{', '.join(names)}]" if c.ndim else c.name
+    low.line(f"{target} = {g.ref.container.name}[{', '.join(src_idx)}] if {probe}[{', '.join(src_idx)}] == "
+             f"{count} else 0.0", inner)
+    low.line(f"{count} += 1", inner)
+
+
+def _lower_mask(kind):
+    def lower(low, s, ind):
+        if kind == "gather":
+            x, m = s.inputs
+            c = _out(low, s, ind)
+            shape = x.shape
+        else:
+            v, m = s.inputs
+            y = s.outputs[0]
+            shape = y.shape
+        k = low.fresh("k")
+        low.line(f"{k} = 0", ind)
+        names, inner = low.nest(shape, ind)
+        low.line(f"if {low.elem(m, names, shape)}:", inner)
+        if kind == "gather":
+            low.line(f"{c.name}[{k}] = {low.elem(x, names, shape)}", inner + 1)
+        else:
+            value = low.src(v) if v.shape == () else low.elem(v, [k], v.shape)
+            op = "+=" if kind == "add" else "="
+            low.line(f"{y.name}[{', '.join(names)}] {op} {value}", inner + 1)
+        low.line(f"{k} += 1", inner + 1)
+    return lower
+
+
+def _lower_sum_to(low, s, ind):
+    """Sum the input, broadcast over the ``full`` iteration space, down to the output's shape."""
+    c = s.outputs[0]
+    full = s.attrs["full"]
+    x = low.hoist(s.inputs[0], full, ind)
+    if c.ndim == 0:
+        acc = low.fresh("acc")
+        low.line(f"{acc} = 0.0", ind)
+        [(_, x)], space = low.collapse([(None, x)], full, ind)
+        _accumulate(low, x, space, lambda names: acc, "{a} + {b}", "0.0", ind)
+        low.line(f"{c.name} = {acc}", ind)
+        return
+    _out(low, s, ind)
+    names, inner = low.nest(c.shape, ind, "z")
+    low.line(f"{c.name}[{', '.join(names)}] = 0.0", inner)
+    lead = len(full) - c.ndim
+    kept = {lead + k for k in range(c.ndim)
+            if not (const_value(c.shape[k]) == 1 and const_value(full[lead + k]) != 1)}
+
+    def target(names):
+        return f"{c.name}[{', '.join(names[lead + k] if lead + k in kept else '0' for k in range(c.ndim))}]"
+    _accumulate(low, x, full, target, "{a} + {b}", "0.0", ind,
+                reduced={k for k in range(len(full)) if k not in kept})
+
+
+def _lower_trip_count(low, s, ind):
+    start, stop, step = (low.src(e) for e in s.inputs)
+    low.line(f"{s.outputs[0].name} = _rt.trip_count({start}, {stop}, {step})", ind)
+
+
+def _lower_ckpt_slots(low, s, ind):
+    kind, trips, param = (low.src(e) for e in s.inputs)
+    low.line(f"{s.outputs[0].name} = _rt.ckpt_slots({kind}, {trips}, {param})", ind)
+
+
+def _lower_ckpt_schedule(low, s, ind):
+    """The schedule is built in Python (object mode), once per execution of the loop's backward."""
+    kind, trips, param = (low.src(e) for e in s.inputs)
+    sched, rows = s.outputs
+    low.line(f"with numba.objmode({sched.name}='int64[:, :]'):", ind)
+    low.line(f"{sched.name} = _ckpt.schedule({kind}, {trips}, {param})", ind + 1)
+    low.line(f"{rows.name} = {sched.name}.shape[0]", ind)
+
+
+CALL_LOWERING = {
+    "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
+    "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
+    "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
+    "matmul_tn_flat": _lower_matmul_tn_flat, "lu_factor": _lower_lu_factor, "lu_solve": _lower_lu_solve,
+    "reshape": _lower_reshape, "cumsum": _lower_cumsum, "triu": _lower_tri, "tril": _lower_tri,
+    "einsum": _lower_einsum, "einsum_vjp": _lower_einsum_vjp, "eye": _lower_eye, "arange": _lower_arange,
+    "gather": _lower_gather, "gather_last": _lower_gather_last, "add_at": _lower_add_at,
+    "scatter": _lower_scatter, "mask_gather": _lower_mask("gather"), "mask_scatter": _lower_mask("scatter"),
+    "mask_add": _lower_mask("add"), "sum_to": _lower_sum_to,
+}
