@@ -19,7 +19,8 @@ from .errors import FlowgradError, InputError
 from .frontends.python import capture
 from .passes.dce import eliminate_dead
 from .passes.fuse import fuse_temporaries
-from .passes.hoist import hoist_factorizations
+from .passes.copies import propagate_copies
+from .passes.hoist import hoist_factorizations, share_factorizations
 from .ir.core import I64, Const, Container, Program
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
@@ -94,12 +95,13 @@ class _Compiled:
         self.wrt = [cap.arg_containers[w] for w in wrt_spec]
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
         outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
-        self.gp.backward, live = eliminate_dead(self.gp.backward, outputs)
+        self.gp.backward, live = eliminate_dead(propagate_copies(self.gp.backward), outputs)
         self.gp.forward, _ = eliminate_dead(self.gp.forward, live)
         before = set(self.gp.containers)
         self.gp.forward = hoist_factorizations(self.gp.forward, self.gp.containers, cap.namer)
         self.gp.forward_containers += [c for n, c in self.gp.containers.items() if n not in before]
-        self.gp.backward = hoist_factorizations(self.gp.backward, self.gp.containers, cap.namer)
+        self.gp.backward = share_factorizations(
+            self.gp.forward, hoist_factorizations(self.gp.backward, self.gp.containers, cap.namer))
         verify(self.gp.forward + self.gp.backward, self.gp.containers)
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)

@@ -34,7 +34,25 @@ def test_solves_with_an_invariant_matrix_are_factorised_once(backend):
     assert forward.count("lu_factor") == 1 and forward.count("lu_solve") == 1
     assert forward.count("solve(") - forward.count("lu_solve(") == 1      # the solve with B stays
     backward = ir.split("# backward")[1]
-    assert "lu_factor" in backward                                          # solves with M^T too
+    # the solves with M^T use the forward's factors of M (LAPACK's transposed solve)
+    assert "lu_factor" not in backward and "trans=1" in backward
+
+
+def changed_after(u, kappa, n_steps):
+    n = u.shape[0]
+    M = np.eye(n) * (1.0 + 2.0 * kappa) - kappa * np.eye(n, k=1)
+    for t in range(n_steps):
+        u = np.linalg.solve(M, u + 0.01 * np.sin(u))
+    M[0, :] = u                        # the forward's factors no longer describe M
+    return np.sum(u * u) + np.sum(M @ u)
+
+
+def test_factors_are_not_shared_once_the_matrix_changes(backend):
+    rng = np.random.default_rng(1)
+    args = (rng.uniform(-1, 1, 5), 0.3, 3)
+    check_grad(changed_after, args, ("u", "kappa"), backend=backend)
+    backward = flowgrad.grad(changed_after, wrt=("u", "kappa"), backend=backend).ir(*args).split("# backward")[1]
+    assert "lu_factor" in backward
 
 
 def test_hoisted_factorisation_keeps_numpy_errors(backend):
@@ -56,3 +74,22 @@ def test_dead_statements_are_removed(backend):
     x = np.linspace(0.0, 1.0, 5)
     check_grad(dead_work, (x,), ("x",), backend=backend)
     assert "exp" not in flowgrad.jit(dead_work, backend=backend).ir(x)
+
+
+def test_dead_clear_at_the_end_of_a_loop_body_is_removed():
+    from flowgrad.ir.core import Assign, Const, Container, For, Read, Ref
+    from flowgrad.passes.dce import eliminate_dead
+    x = Container("x", np.float64, (4,), "arg")
+    t = Container("t", np.float64, (4,))
+    y = Container("y", np.float64, (4,))
+    w = Container("w", np.float64, (4,))
+    i = Container("i", np.int64, ())
+    body = [Assign(Ref(t), Read(Ref(x)) * 2.0),         # t written in full before each read
+            Assign(Ref(y), Read(Ref(t)), accumulate=True),
+            Assign(Ref(w), Read(Ref(w)) + Read(Ref(y))),  # w read by the next iteration
+            Assign(Ref(t), Const(0.0)),                    # cleared for nothing
+            Assign(Ref(w), Read(Ref(w)) * 0.5)]
+    (loop,), live = eliminate_dead([For(i, 0, 3, 1, body)], {y, w})
+    assert len(loop.body) == 4 and all(not (s.dst.container is t and isinstance(s.expr, Const))
+                                       for s in loop.body)
+    assert x in live and t not in live

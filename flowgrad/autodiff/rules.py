@@ -313,9 +313,10 @@ CALLS = {
                           flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                           doc="LU factorisation of a matrix a loop solves with (hoisted out of the loop; "
                               "created after differentiation, never differentiated)"),
-    "lu_solve": CallRule(lambda i, a: f"_rt.lu_solve({i[0]}, {i[1]}, {i[2]})",
+    "lu_solve": CallRule(lambda i, a: f"_rt.lu_solve({i[0]}, {i[1]}, {i[2]}, {a.get('trans', 0)})",
                          flops=lambda c, size: 2 * size(c.inputs[0].shape) * max(1, size(c.inputs[2].shape[1:])),
-                         doc="solve with a kept LU factorisation (two triangular solves)"),
+                         doc="solve with a kept LU factorisation (two triangular solves); ``trans``: with the "
+                             "factorised matrix's transpose"),
     "reshape": CallRule(lambda i, a: f"np.reshape({i[0]}, {_tuple_src(a['shape'])}).copy()", _vjp_reshape,
                         doc="reshape (copy)"),
     "cumsum": CallRule(lambda i, a: f"np.cumsum({i[0]}, axis={a['axis']!r})", _vjp_cumsum,

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read,
                        Ref, Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr,
-                       same_ref, stmt_writes, walk)
-from .native_calls import CALL_LOWERING, _scalar_type, new_array
+                       same_ref, stmt_reads, stmt_writes, walk)
+from ..ir.printer import expr_text
+from .native_calls import CALL_LOWERING, _scalar_type, new_array, reduction_start, whole_reduction
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 
@@ -110,7 +111,7 @@ class Lowering:
             return f"{_FUNC.get(name, 'np.' + name)}({', '.join(args)})"
         raise TypeError(f"cannot lower {e!r}")
 
-    def hoist(self, e, space, ind):
+    def hoist(self, e, space, ind, memo=None):
         """Evaluate parts of ``e`` ahead of the loop nest over ``space`` that uses it, into
         temporaries the returned expression reads instead:
 
@@ -119,14 +120,24 @@ class Lowering:
         - a large transcendental (``_VECTOR_MATH``) runs as one NumPy ufunc call on a temporary
           holding its argument (SIMD, several times faster than Numba's scalar libm calls).
 
+        A sub-expression that occurs more than once in ``e`` (``tanh(u) * tanh(u)`` in the adjoint
+        of ``tanh``) is evaluated once.
+
         Reads happen earlier than in the fused nest, so callers use this only where the statement
         reads no element that another element's write changes first."""
         if not isinstance(e, Op):
             return e
+        memo = {} if memo is None else memo
+        key = (expr_text(e), str(e.dtype), space is None)
+        if key not in memo:
+            memo[key] = self._hoist(e, space, ind, memo)
+        return memo[key]
+
+    def _hoist(self, e, space, ind, memo):
         if space is not None and _costly(e) and _smaller(e.shape, space):
-            inner = self.hoist(e, None, ind)
+            inner = self.hoist(e, None, ind, memo)
             return self.materialise(inner, ind)
-        args = [self.hoist(a, space, ind) for a in e.args]
+        args = [self.hoist(a, space, ind, memo) for a in e.args]
         if all(x is y for x, y in zip(args, e.args)):
             out = e
         else:
@@ -268,15 +279,36 @@ class Lowering:
             self.line("pass", ind)
         k = 0
         while k < len(stmts):
-            group = [stmts[k]]
-            if self.fusable(stmts[k]):
-                while k + len(group) < len(stmts) and self.joins(group, stmts[k + len(group)]):
-                    group.append(stmts[k + len(group)])
+            group, later = self.gather(stmts, k)
             if len(group) > 1:
                 self.fused(group, ind)
+                for s in later:
+                    self.stmt(s, ind)
             else:
                 self.stmt(stmts[k], ind)
-            k += len(group)
+            k += len(group) + len(later)
+
+    def gather(self, stmts, k):
+        """The loop-nest group starting at ``stmts[k]`` (see ``joins``), and the scalar statements
+        between its members, which run after the nest instead (``g_p += s1`` between two
+        reductions): they neither touch what later members read or write nor read what those
+        write."""
+        group, later, pending = [stmts[k]], [], []
+        if not (self.fusable(stmts[k]) or self.reduces(stmts[k])):
+            return group, later
+        j = k + 1
+        while j < len(stmts):
+            s = stmts[j]
+            if self.joins(group, s) and not any(_conflict(d, s) for d in pending):
+                group.append(s)
+                later += pending
+                pending = []
+            elif isinstance(s, Assign) and s.dst.container.ndim == 0:
+                pending.append(s)
+            else:
+                break
+            j += 1
+        return group, later
 
     def fusable(self, s):
         # a whole write that allocates (a transient of run-time shape) rebinds its container, which
@@ -286,16 +318,47 @@ class Lowering:
         allocates = s.dst.is_whole() and not s.accumulate and self.needs_allocation(s.dst.container)
         return not allocates and not self.needs_temp(s) and not self.hoistable(s.expr, s.dst.shape)
 
+    def reduces(self, s):
+        """The expression ``s`` reduces to one value over an iteration space of its own, when it
+        can share a loop nest (see ``joins``), else None."""
+        x = whole_reduction(s) if isinstance(s, Call) else None
+        if x is None or not x.shape or self.hoistable(x, x.shape):
+            return None
+        return x
+
+    @staticmethod
+    def space(group):
+        first = group[0]
+        return first.dst.shape if isinstance(first, Assign) else first.inputs[0].shape
+
     def joins(self, group, s):
         """Whether ``s`` can run in the same loop nest as ``group`` (adjacent statements over the
-        same iteration space whose dependences stay element-wise)."""
-        if not self.fusable(s):
+        same iteration space whose dependences stay element-wise). Reductions of whole
+        expressions over that space join at the end of a group: their values are taken as the
+        elements are written, in the same pass over memory, and exist once the nest is done."""
+        shape = self.space(group)
+        x = self.reduces(s)
+        if x is not None:
+            if len(x.shape) != len(shape) or not all(same_expr(a, b) for a, b in zip(x.shape, shape)):
+                return False
+            for g in group:
+                if isinstance(g, Call):   # an earlier reduction's value is not ready yet
+                    if any(r.ref.container is g.outputs[0] for r in iter_reads(x)):
+                        return False
+                elif any(r.ref.container is g.dst.container and not same_ref(r.ref, g.dst)
+                         for r in iter_reads(x)):
+                    return False
+            return True
+        if any(isinstance(g, Call) for g in group) or not self.fusable(s):
             return False
-        shape = group[0].dst.shape
         if len(s.dst.shape) != len(shape) or not all(same_expr(a, b) for a, b in zip(s.dst.shape, shape)):
             return False
         for g in group:
-            if g.dst.container is s.dst.container and not same_ref(g.dst, s.dst):
+            if g.dst.container is s.dst.container and not same_ref(g.dst, s.dst) and \
+                    not (g.accumulate and s.accumulate):
+                # two sums into overlapping views commute (no statement of the group reads the
+                # container at another position, checked below): an adjoint's ``g[i] += a``,
+                # ``g[i + 1] += b`` run in one pass
                 return False
             for later, earlier in ((s, g), (g, s)):
                 for r in iter_reads(later.expr):
@@ -307,13 +370,26 @@ class Lowering:
         return True
 
     def fused(self, group, ind):
-        """One loop nest running several element-wise statements in order, per element."""
-        shape = group[0].dst.shape
-        pairs, shape = self.collapse([(s.dst, s.expr) for s in group], shape, ind)
+        """One loop nest running several element-wise statements in order, per element, and the
+        reductions that end the group, each with one accumulator (the function reassociates, so
+        the compiler vectorises them)."""
+        assigns = [s for s in group if isinstance(s, Assign)]
+        reductions = [s for s in group if isinstance(s, Call)]
+        pairs = [(s.dst, s.expr) for s in assigns] + [(None, s.inputs[0]) for s in reductions]
+        pairs, shape = self.collapse(pairs, self.space(group), ind)
+        accs = []
+        for s in reductions:
+            accs.append(self.fresh("acc"))
+            self.line(f"{accs[-1]} = {reduction_start(s)[0]}", ind)
         names, inner = self.nest(shape, ind)
-        for s, (dst, expr) in zip(group, pairs):
+        for s, (dst, expr) in zip(assigns, pairs):
             target = self.read(dst, names, shape)
             self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
+        for s, acc, (_, x) in zip(reductions, accs, pairs[len(assigns):]):
+            self.line(f"{acc} = {reduction_start(s)[1].format(a=acc, b=self.elem(x, names, shape))}", inner)
+        for s, acc in zip(reductions, accs):
+            c = s.outputs[0]
+            self.line(f"{c.name} = {_scalar_type(c.dtype)}({acc})", ind)
 
     # ------------------------------------------------------------ collapsing trailing axes
 
@@ -537,7 +613,7 @@ class Lowering:
             c = s.ref.container
             self.line(f"if {top} + {c.name}.size + {c.ndim} > {tape}.shape[0]:", ind)
             self.line(f"{tape} = _rt.grow({tape}, {top} + {c.name}.size + {c.ndim})", ind + 1)
-            self.line(f"{tape}[{top}:{top} + {c.name}.size] = np.ascontiguousarray({c.name}).ravel()", ind)
+            self.flat_copy(f"{tape}[{top} + {{k}}]", c.name, c.ndim, "to tape", ind)
             self.line(f"{top} += {c.name}.size", ind)
             for d in range(c.ndim):
                 self.line(f"{tape}[{top} + {d}] = {c.name}.shape[{d}]", ind)
@@ -552,6 +628,19 @@ class Lowering:
             self.line(f"{top} += 1", ind)
             return
         self.copy_tape(s.ref, tape, top, True, ind)
+
+    def flat_copy(self, slot, name, ndim, direction, ind):
+        """Copy array ``name`` (C-contiguous where it has several axes) element by element to (or from) ``slot`` (a format
+        string of the tape position ``{k}``): no temporary views or copies, which cost more than
+        the copy itself for the short arrays pushed in inner loops."""
+        k = self.fresh("k")
+        flat = name
+        if ndim > 1:
+            flat = self.fresh("flat")
+            self.line(f"{flat} = np.ascontiguousarray({name}).reshape({name}.size)", ind)
+        self.line(f"for {k} in range({name}.size):", ind)
+        pair = (slot.format(k=k), f"{flat}[{k}]")
+        self.line(f"{pair[0]} = {pair[1]}" if direction == "to tape" else f"{pair[1]} = {pair[0]}", ind + 1)
 
     def copy_tape(self, ref, tape, cursor, to_tape, ind):
         """Copy a view to (or from) ``tape`` at ``cursor`` in C order, advancing the cursor; whole
@@ -612,8 +701,8 @@ class Lowering:
             for d, n in enumerate(dims):
                 self.line(f"{n} = int({tape}[{top} + {d}])", ind)
             self.line(f"{top} -= {' * '.join(dims)}", ind)
-            self.line(f"{c.name} = {tape}[{top}:{top} + {' * '.join(dims)}].copy().reshape(({', '.join(dims)},))",
-                      ind)
+            self.line(f"{c.name} = np.empty(({', '.join(dims)},), dtype={dtype_src(c.dtype)})", ind)
+            self.flat_copy(f"{tape}[{top} + {{k}}]", c.name, c.ndim, "from tape", ind)
             return
         if not shape:
             self.line(f"{top} -= 1", ind)
@@ -632,7 +721,16 @@ class Lowering:
 
 HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import native_runtime as _rt\n"
           "from flowgrad.checkpoint import schedules as _ckpt\n\n"
-          "_jit = numba.njit(cache=True, error_model='numpy')\n\n")
+          "_jit = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'})\n\n")
+
+
+def _conflict(a, b):
+    """Whether statements ``a`` and ``b`` may not swap: one writes what the other reads or writes."""
+    wa = {w.container for w in stmt_writes(a)}
+    wb = {w.container for w in stmt_writes(b)}
+    ra = {r.ref.container for r in stmt_reads(a)}
+    rb = {r.ref.container for r in stmt_reads(b)}
+    return bool(wa & (rb | wb) or ra & wb)
 
 
 def _static_shape(c, params):

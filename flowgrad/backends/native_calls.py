@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlowgradError
-from ..ir.core import Call, Read, Ref, const_value, op, same_ref
+from ..ir.core import Call, Read, Ref, const_value, op, same_expr, same_ref
 from .numpy import dtype_src
 
 
@@ -41,17 +41,37 @@ _INIT = {"sum": "0", "prod": "1", "max": "-np.inf", "min": "np.inf"}
 _COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
 
 
+def reduction_start(s):
+    """``(initial value, combine format)`` of reduction call ``s`` (sum/prod/max/min)."""
+    c = s.outputs[0]
+    op = "sum" if s.op == "sum_to" else s.op
+    init = _INIT[op]
+    if c.dtype.kind in "iub" and op in ("max", "min"):
+        init = "-(1 << 62)" if op == "max" else "(1 << 62)"
+    elif c.dtype.kind == "f" and op in ("sum", "prod"):
+        init += ".0"
+    return init, _COMBINE[op]
+
+
+def whole_reduction(s):
+    """The expression that call ``s`` reduces to one value over its own shape, else None."""
+    if s.outputs[0].ndim:
+        return None
+    x = s.inputs[0] if s.inputs else None
+    if s.op in _COMBINE and s.attrs.get("axis") is None:
+        return x
+    if s.op == "sum_to" and len(x.shape) == len(s.attrs["full"]) and \
+            all(same_expr(a, b) for a, b in zip(x.shape, s.attrs["full"])):
+        return x                      # not broadcast: each element counted once
+    return None
+
+
 def _lower_reduction(low, s, ind):
     x = low.hoist(s.inputs[0], s.inputs[0].shape, ind)
     c = _out(low, s, ind)
     red = _reduce_axes(s, len(x.shape))
     keep = s.attrs.get("keepdims", False)
-    init = _INIT[s.op]
-    if c.dtype.kind in "iub" and s.op in ("max", "min"):
-        init = "-(1 << 62)" if s.op == "max" else "(1 << 62)"
-    elif c.dtype.kind == "f" and s.op in ("sum", "prod"):
-        init += ".0"
-    combine = _COMBINE[s.op]
+    init, combine = reduction_start(s)
     if c.ndim == 0:
         acc = low.fresh("acc")
         low.line(f"{acc} = {init}", ind)
@@ -262,7 +282,7 @@ def _lower_lu_solve(low, s, ind):
     lu, piv, b = s.inputs
     c = _out(low, s, ind)
     low.line(f"_rt.lu_solve_into({low.view_src(lu.ref)}, {low.view_src(piv.ref)}, "
-             f"{_operand_array(low, b, ind)}, {c.name})", ind)
+             f"{_operand_array(low, b, ind)}, {c.name}, {s.attrs.get('trans', 0)})", ind)
 
 
 def _lower_reshape(low, s, ind):

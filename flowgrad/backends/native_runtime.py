@@ -128,9 +128,9 @@ def _lu_factor_into(a, lu, piv):
     piv[...] = p
 
 
-def _lu_solve_into(lu, piv, b, out):
+def _lu_solve_into(lu, piv, b, out, trans):
     from .runtime import lu_solve
-    out[...] = lu_solve(lu, piv, b)
+    out[...] = lu_solve(lu, piv, b, trans)
 
 
 @numba.njit(cache=True)
@@ -141,7 +141,7 @@ def lu_factor_into(a, lu, piv):
 
 
 @numba.njit(cache=True)
-def lu_solve_into(lu, piv, b, out):
-    """``out[...] = lu_solve(lu, piv, b)`` (LAPACK getrs, one object-mode call)."""
+def lu_solve_into(lu, piv, b, out, trans):
+    """``out[...] = lu_solve(lu, piv, b, trans)`` (LAPACK getrs, one object-mode call)."""
     with numba.objmode():
-        _lu_solve_into(lu, piv, b, out)
+        _lu_solve_into(lu, piv, b, out, trans)

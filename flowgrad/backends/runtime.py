@@ -81,9 +81,10 @@ def lu_factor(a):
         return scipy.linalg.lu_factor(np.asarray(a), check_finite=False)
 
 
-def lu_solve(lu, piv, b):
-    """``np.linalg.solve(a, b)`` from ``lu_factor(a)``: the same LAPACK getrs, so the same values;
-    an exactly singular ``a`` raises ``LinAlgError`` as NumPy does."""
+def lu_solve(lu, piv, b, trans=0):
+    """``np.linalg.solve(a, b)`` (``trans``: ``np.linalg.solve(a.T, b)``) from ``lu_factor(a)``:
+    the same LAPACK getrs, so the same values; an exactly singular ``a`` raises ``LinAlgError`` as
+    NumPy does."""
     if not np.all(np.diagonal(lu)):
         raise np.linalg.LinAlgError("Singular matrix")
-    return scipy.linalg.lu_solve((lu, piv), np.asarray(b), check_finite=False)
+    return scipy.linalg.lu_solve((lu, piv), np.asarray(b), trans=trans, check_finite=False)

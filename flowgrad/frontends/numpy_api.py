@@ -386,7 +386,7 @@ def stack_values(fe, values, axis, loc):
     dt = np.result_type(*[e.dtype for e in exprs]) if any(not isinstance(e, Const) for e in exprs) else \
         np.result_type(*[e.value for e in exprs])
     out_shape = shape[:axis] + (Const(len(exprs)),) + shape[axis:]
-    c = fe.alloc("stack", dt, out_shape, loc)
+    c = fe.alloc("stack", dt, out_shape, loc, covered=True)
     for k, e in enumerate(exprs):
         idx = tuple([slice(None)] * axis + [k])
         fe.emit(Assign(indexing.view(Ref(c), idx, loc), e, loc=loc))
@@ -408,7 +408,7 @@ def _concatenate(fe, loc, arrays, axis=0):
     for e in exprs:
         total = total + e.shape[axis]
     shape = exprs[0].shape[:axis] + (total,) + exprs[0].shape[axis + 1:]
-    c = fe.alloc("concat", np.result_type(*[e.dtype for e in exprs]), shape, loc)
+    c = fe.alloc("concat", np.result_type(*[e.dtype for e in exprs]), shape, loc, covered=True)
     off = Const(0)
     for e in exprs:
         items = [Slice(0, d, 1) for d in shape]
@@ -450,7 +450,7 @@ def _roll(fe, loc, a, shift, axis=None):
     if size is None:
         raise unsupported(loc, "np.roll along an axis of run-time length", "slice explicitly")
     s = int(shift) % size if size else 0
-    c = fe.alloc("roll", e.dtype, e.shape, loc)
+    c = fe.alloc("roll", e.dtype, e.shape, loc, covered=True)
     if not isinstance(e, Read):
         e = fe.materialize(e, "t", loc)
 

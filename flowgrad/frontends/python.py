@@ -128,10 +128,15 @@ class Frontend:
         self.containers[c.name] = c
         return c
 
-    def alloc(self, hint, dtype, shape, loc=None) -> Container:
-        """A new array container, zero-filled, for code that fills it piece by piece."""
+    def alloc(self, hint, dtype, shape, loc=None, covered=False) -> Container:
+        """A new array container for code that fills it piece by piece: zero-filled, unless the
+        pieces cover it (``covered``) and its shape is known at entry, where the backends create
+        it before the program runs (a fill would be overwritten at once, and a time loop would
+        save it on the tape for nothing)."""
         c = self.container(hint, dtype, shape)
-        self.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), Const(0, c.dtype), loc=loc))
+        known = all(r.ref.container in self.params for d in c.shape for r in iter_reads(d))
+        if not (covered and known and c.ndim):
+            self.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), Const(0, c.dtype), loc=loc))
         return c
 
     def emit(self, stmt):

@@ -348,6 +348,14 @@ def _fold(name, args, dt):
             return Const(r, dt, weak=all(a.weak for a in args))
     if len(args) == 2 and dt.kind in "iu":
         a, b = args
+        if name in ("add", "subtract") and (vals[1] is not None or (name == "add" and vals[0] is not None)):
+            x, c = (a, vals[1]) if vals[1] is not None else (b, vals[0])
+            base, k = _offset(x)
+            if k and base.dtype == dt:     # (i + 2) - 1 -> i + 1: equal extents compare equal
+                k += c if name == "add" else -c
+                if k == 0:
+                    return base
+                return Op("add" if k > 0 else "subtract", (base, Const(abs(k), dt, weak=True)), dt, base.shape)
         if name == "add":
             if vals[0] == 0:
                 return b
@@ -367,6 +375,17 @@ def _fold(name, args, dt):
     if name in CASTS and args[0].dtype == dt:
         return args[0]
     return None
+
+
+def _offset(e):
+    """``(base, k)`` with integer expression ``e`` equal to ``base + k`` for a constant ``k``."""
+    if isinstance(e, Op) and e.name in ("add", "subtract") and e.dtype.kind in "iu":
+        k = const_value(e.args[1])
+        if k is not None:
+            return e.args[0], (k if e.name == "add" else -k)
+        if e.name == "add" and const_value(e.args[0]) is not None:
+            return e.args[1], const_value(e.args[0])
+    return e, 0
 
 
 def same_expr(a: Expr, b: Expr) -> bool:

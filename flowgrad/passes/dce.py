@@ -3,8 +3,9 @@
 Needs: a statement list and the containers that must hold their values after it (the result, the
 gradients). Changes: an ``Assign`` or ``Call`` is removed when no statement that can run after it
 reads anything it writes: a value the program computes but never uses (a loss term built twice by
-a frontend), an adjoint cleared after its last read. Inside a loop, everything the loop reads
-counts as read after each of its statements (the next iteration runs them). Loops, branches and
+a frontend), an adjoint cleared after its last read. Inside a loop, what the next iteration reads
+before writing it in full counts as read after each of its statements (a fixed point over the
+body), so a buffer the body clears for nothing is found too. Loops, branches and
 tape pushes and pops are kept; an ``Assign`` of a whole container ends the liveness of the value
 it overwrites.
 """
@@ -26,13 +27,19 @@ def eliminate_dead(stmts, live_out):
             live |= _reads([s])
             out.append(s)
         elif isinstance(s, (For, While)):
-            inside = live | _reads([s])
-            body, _ = eliminate_dead(s.body, inside)
+            # live at the end of an iteration: live after the loop, read by the loop's condition,
+            # or read by the next iteration before it writes it
+            inside = live | _reads_own(s)
+            while True:
+                body, live_in = eliminate_dead(s.body, inside)
+                if live_in <= inside:
+                    break
+                inside |= live_in
             if isinstance(s, For):
                 s = For(s.var, s.start, s.stop, s.step, body, s.reverse, s.loc)
             else:
                 s = While(s.cond, body, s.loc)
-            live |= _reads([s])
+            live |= _reads_own(s) | inside
             out.append(s)
         elif isinstance(s, If):
             then, live_then = eliminate_dead(s.then, live)

@@ -8,12 +8,17 @@ factorises ``A`` on every call (O(n^3)); the triangular solves are O(n^2). The a
 is a solve with ``A``'s transpose, so the backward sweep's solves are hoisted the same way.
 Values are the same LAPACK getrf/getrs results NumPy computes. A factorisation runs even when
 the loop makes no iteration; a singular ``A`` still raises only when a solve runs.
+
+``share_factorizations`` then drops a backward sweep's factorisation of a matrix the forward
+sweep already factorised, or of its transpose (LAPACK getrs solves with ``A.T`` from ``A``'s
+factors), so a gradient through an implicit time step factorises once, not twice.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import Call, Container, For, If, Read, Ref, While, iter_reads, map_blocks, stmt_writes, walk
+from ..ir.core import (Call, Container, For, If, Read, Ref, While, iter_reads, map_blocks, same_ref,
+                       stmt_writes, walk)
 
 
 def hoist_factorizations(stmts, containers, namer):
@@ -63,3 +68,54 @@ def _rewrite(stmts, varying, pre, containers, namer):
             s = map_blocks(s, lambda b: _rewrite(b, varying, pre, containers, namer))
         out.append(s)
     return out
+
+
+def share_factorizations(before, stmts):
+    """``stmts`` (run right after ``before``) without the top-level factorisations of a matrix
+    that ``before`` factorised at its top level and that nothing wrote since, or of that matrix's
+    transpose; their solves use the kept factors (``trans`` for the transpose)."""
+    known = []          # (matrix Read, lu, piv) valid at the current point
+
+    def forget(s):
+        written = {w.container for u in walk([s]) for w in stmt_writes(u)}
+        known[:] = [k for k in known if not ({k[0].ref.container, k[1], k[2]} & written)]
+
+    for s in before:
+        forget(s)
+        if isinstance(s, Call) and s.op == "lu_factor":
+            known.append((s.inputs[0], *s.outputs))
+    kept = {}           # name of a dropped factorisation's lu -> (kept lu, kept piv, transposed)
+    out = []
+    for s in stmts:
+        if isinstance(s, Call) and s.op == "lu_factor":
+            match = next(((lu, piv, t) for a, lu, piv in known
+                          for t in (_transposed(a, s.inputs[0]),) if t is not None), None)
+            if match is not None:
+                kept[s.outputs[0].name] = match
+                continue
+        s = _use_kept(s, kept)
+        forget(s)
+        if isinstance(s, Call) and s.op == "lu_factor":
+            known.append((s.inputs[0], *s.outputs))
+        out.append(s)
+    return out
+
+
+def _transposed(a, b):
+    """0 when Reads ``a`` and ``b`` are the same 2-d view, 1 when ``b`` is ``a``'s transpose,
+    else None."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        return None
+    ra, rb = a.ref, b.ref
+    if not same_ref(Ref(ra.container, ra.items), Ref(rb.container, rb.items)):
+        return None
+    pa, pb = tuple(ra.perm or (0, 1)), tuple(rb.perm or (0, 1))
+    return 0 if pa == pb else (1 if pa == pb[::-1] else None)
+
+
+def _use_kept(s, kept):
+    if isinstance(s, Call) and s.op == "lu_solve" and s.inputs[0].ref.container.name in kept:
+        lu, piv, t = kept[s.inputs[0].ref.container.name]
+        attrs = dict(s.attrs, trans=s.attrs.get("trans", 0) ^ t)
+        return Call("lu_solve", [Read(Ref(lu)), Read(Ref(piv)), s.inputs[2]], s.outputs, attrs, s.loc)
+    return map_blocks(s, lambda b: [_use_kept(u, kept) for u in b])

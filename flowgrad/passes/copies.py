@@ -1,0 +1,85 @@
+"""Read the original instead of a copy while both hold the same values.
+
+Needs: a statement list (the backward sweep of a gradient). Changes: after ``t = g[v]`` (``t`` a
+transient array written whole), later statements of the same block read ``g[v]`` where they read
+``t``, until a statement writes ``t``, ``g`` or what ``v``'s indices read; a statement
+``g[v] = t`` in that stretch changes nothing and is removed. ``eliminate_dead`` then drops the
+copy when nothing reads ``t`` any more.
+
+The adjoint of an update ``x[v] = x[v] - f(...)`` saves ``g_x[v]``, writes it back scaled by one
+and spreads it to ``f``'s operands; after this pass the saved copy and the write-back are gone, and
+each element of ``g_x[v]`` is read once where it is spread (two passes over memory fewer).
+"""
+from __future__ import annotations
+
+from ..ir.core import (Assign, Call, Op, Read, If, For, While, iter_reads, map_blocks, same_expr, same_ref,
+                       stmt_reads, stmt_writes, walk)
+
+
+def propagate_copies(stmts):
+    """``stmts`` with reads of array copies redirected to their originals (see the module)."""
+    out = [map_blocks(s, propagate_copies) for s in stmts]
+    k = 0
+    while k < len(out):
+        copy = _copy(out[k])
+        if copy is not None:
+            _redirect(out, k, *copy)
+        k += 1
+    return out
+
+
+def _copy(s):
+    """``(t, ref)`` when ``s`` is ``t = ref`` for a transient array ``t`` of ``ref``'s shape."""
+    if not (isinstance(s, Assign) and not s.accumulate and s.dst.is_whole() and isinstance(s.expr, Read)):
+        return None
+    t, r = s.dst.container, s.expr.ref
+    if t.kind != "transient" or t.ndim == 0 or r.container is t or r.container.dtype != t.dtype:
+        return None
+    if len(r.shape) != t.ndim or not all(same_expr(a, b) for a, b in zip(r.shape, t.shape)):
+        return None
+    return t, r
+
+
+def _redirect(out, k, t, r):
+    deps = {t, r.container} | {x.ref.container for ie in r.index_exprs() for x in iter_reads(ie)}
+    j = k + 1
+    while j < len(out):
+        u = out[j]
+        if isinstance(u, Assign) and not u.accumulate and same_ref(u.dst, r) and _whole_read(u.expr, t):
+            del out[j]                    # writes back the values it already holds
+            continue
+        writes = {w.container for v in walk([u]) for w in stmt_writes(v)}
+        if isinstance(u, Assign) or not writes & deps:
+            # an assignment reads its right side in full before it writes (NumPy semantics, kept
+            # by every backend); a call might write its output while it reads its inputs
+            out[j] = _substitute(u, t, r)
+        if writes & deps:
+            return
+        j += 1
+
+
+def _whole_read(e, t):
+    return isinstance(e, Read) and e.ref.container is t and e.ref.is_whole() and e.ref.perm is None
+
+
+def _substitute(s, t, r):
+    if not any(x.ref.container is t for v in walk([s]) for x in stmt_reads(v)):
+        return s
+    if isinstance(s, Assign):
+        if any(x.ref.container is t for ie in s.dst.index_exprs() for x in iter_reads(ie)):
+            return s
+        return Assign(s.dst, _expr(s.expr, t, r), s.accumulate, s.loc)
+    if isinstance(s, Call):
+        return Call(s.op, [_expr(e, t, r) for e in s.inputs], s.outputs, s.attrs, s.loc)
+    if isinstance(s, (For, While, If)):
+        return map_blocks(s, lambda b: [_substitute(v, t, r) for v in b])
+    return s                              # a tape push reads the copy itself
+
+
+def _expr(e, t, r):
+    if _whole_read(e, t):
+        return Read(r)
+    if isinstance(e, Op):
+        args = [_expr(a, t, r) for a in e.args]
+        return e if all(a is b for a, b in zip(args, e.args)) else Op(e.name, args, e.dtype, e.shape)
+    return e
