@@ -20,6 +20,7 @@ from .frontends.python import capture
 from .passes.dce import eliminate_dead
 from .passes.fuse import fuse_temporaries
 from .passes.copies import propagate_copies
+from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
 from .ir.core import I64, Const, Container, Program
 from .ir.printer import block_lines, program_text
@@ -95,7 +96,8 @@ class _Compiled:
         self.wrt = [cap.arg_containers[w] for w in wrt_spec]
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
         outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
-        self.gp.backward, live = eliminate_dead(propagate_copies(self.gp.backward), outputs)
+        backward = gather_shifted_sums(propagate_copies(self.gp.backward))
+        self.gp.backward, live = eliminate_dead(backward, outputs)
         self.gp.forward, _ = eliminate_dead(self.gp.forward, live)
         before = set(self.gp.containers)
         self.gp.forward = hoist_factorizations(self.gp.forward, self.gp.containers, cap.namer)

@@ -93,3 +93,29 @@ def test_dead_clear_at_the_end_of_a_loop_body_is_removed():
     assert len(loop.body) == 4 and all(not (s.dst.container is t and isinstance(s.expr, Const))
                                        for s in loop.body)
     assert x in live and t not in live
+
+
+def smooth_steps(A, B, c, n_steps):
+    for t in range(n_steps):
+        B[1:-1] = c * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1, ] = 0.25 * (B[:-2] + 2.0 * B[1:-1] + B[2:]) * c
+    return np.sum(A * A) + np.sum(B[::2])
+
+
+def smooth_2d(U, W):
+    V = U[1:-1] * W[1:-1] + U[:-2] + U[2:] * W[2:]          # shifted rows, W broadcast along them
+    return np.sum(np.tanh(V))
+
+
+def test_shifted_adjoint_sums_are_gathered(backend):
+    rng = np.random.default_rng(2)
+    args = (rng.uniform(-1, 1, 9), rng.uniform(-1, 1, 9), 0.3, 3)
+    check_grad(smooth_steps, args, ("A", "B", "c"), backend=backend)
+    backward = flowgrad.grad(smooth_steps, wrt=("A", "B"), backend=backend).ir(*args).split("# backward")[1]
+    # one sum of three shifted terms over the middle of g_B, not three passes over g_B
+    middle = [ln for ln in backward.splitlines() if ln.strip().startswith("g_B[2:+5] +=")]
+    assert len(middle) == 1 and middle[0].count("g_A[") == 3
+    args2 = (rng.uniform(-1, 1, (5, 6)), rng.uniform(-1, 1, (5, 1)))
+    check_grad(smooth_2d, args2, ("U", "W"), backend=backend)
+    backward = flowgrad.grad(smooth_2d, wrt=("U", "W"), backend=backend).ir(*args2).split("# backward")[1]
+    assert any(ln.count("gexpr[") == 2 and ln.strip().startswith("g_U[") for ln in backward.splitlines())

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read,
-                       Ref, Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr,
+                       Ref, Slice, While, broadcast_shapes, const_value, difference, is_cheap, iter_reads, same_expr,
                        same_ref, stmt_reads, stmt_writes, walk)
 from ..ir.printer import expr_text
 from .native_calls import CALL_LOWERING, _scalar_type, new_array, reduction_start, whole_reduction
@@ -38,6 +38,11 @@ _VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) 
 
 def _costly(e):
     return not is_cheap(e)
+
+
+def _full(shape, space):
+    """Whether an operand of ``shape`` covers ``space`` (it is not broadcast over it)."""
+    return len(shape) == len(space) and all(same_expr(a, b) for a, b in zip(shape, space))
 
 
 def _smaller(shape, space):
@@ -142,9 +147,15 @@ class Lowering:
             out = e
         else:
             out = Op(e.name, args, e.dtype, e.shape)
-        if e.name in VECTOR_MATH and self.large(e.shape):
+        if e.name in VECTOR_MATH and self.large(e.shape) and _full(args[0].shape, e.shape):
             tmp = self.materialise(args[0], ind, e.dtype)
-            self.line(f"_rt.vector_math({VECTOR_MATH.index(e.name)}, {tmp.ref.container.name})  # np.{e.name}", ind)
+            code = VECTOR_MATH.index(e.name)
+            if len(args) == 1:
+                self.line(f"_rt.vector_math({code}, {tmp.ref.container.name})  # np.{e.name}", ind)
+            else:
+                other = self.materialise(args[1], ind, e.dtype)
+                self.line(f"_rt.vector_math2({code}, {tmp.ref.container.name}, {other.ref.container.name})"
+                          f"  # np.{e.name}", ind)
             return tmp
         return out
 
@@ -196,7 +207,7 @@ class Lowering:
         return size >= _VECTOR_MIN_SIZE
 
     def hoistable(self, e, space):
-        return isinstance(e, Op) and ((e.name in VECTOR_MATH and self.large(e.shape))
+        return isinstance(e, Op) and ((e.name in VECTOR_MATH and self.large(e.shape) and _full(e.args[0].shape, e.shape))
                                       or (_costly(e) and _smaller(e.shape, space))
                                       or any(self.hoistable(a, space) for a in e.args))
 
@@ -355,10 +366,11 @@ class Lowering:
             return False
         for g in group:
             if g.dst.container is s.dst.container and not same_ref(g.dst, s.dst) and \
-                    not (g.accumulate and s.accumulate):
+                    not (g.accumulate and s.accumulate and _apart_in_inner_loop(g.dst, s.dst)):
                 # two sums into overlapping views commute (no statement of the group reads the
-                # container at another position, checked below): an adjoint's ``g[i] += a``,
-                # ``g[i + 1] += b`` run in one pass
+                # container at another position, checked below): an adjoint's ``g[i, :] += a``,
+                # ``g[i + 1, :] += b`` run in one pass. Not ``g[:, j] += a``, ``g[:, j + 1] += b``:
+                # the innermost loop would then carry a dependence through memory and not vectorise
                 return False
             for later, earlier in ((s, g), (g, s)):
                 for r in iter_reads(later.expr):
@@ -553,13 +565,17 @@ class Lowering:
         return out
 
     def needs_temp(self, s):
-        """Whether the right side reads the destination at other positions than it writes."""
+        """Whether the right side reads the destination at positions the loop nest writes before
+        it reads them (NumPy reads them all first). Reading ahead of the write, at a constant
+        offset the ascending nest reaches later (``V[:n] = f(V[1:n + 1], V[:n])``), or rows it
+        never writes, is safe."""
         dst = s.dst
         if not dst.shape:
             return False      # one element: the right side is computed before the store
         for r in iter_reads(s.expr):
             if r.ref.container is dst.container and dst.container.ndim:
-                if not (same_ref(r.ref, dst) and len(r.ref.shape) == len(dst.shape)):
+                if not (same_ref(r.ref, dst) and len(r.ref.shape) == len(dst.shape)) and \
+                        not _reads_ahead(dst, r.ref):
                     return True
         return False
 
@@ -722,6 +738,58 @@ class Lowering:
 HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import native_runtime as _rt\n"
           "from flowgrad.checkpoint import schedules as _ckpt\n\n"
           "_jit = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'})\n\n")
+
+
+def _reads_ahead(w, r):
+    """Whether view ``r`` of the container that view ``w`` writes holds, at each position of the
+    nest over ``w``, an element the nest writes at that position or later, or never."""
+    if w.perm is not None or r.perm is not None or len(w.items) != len(r.items) or \
+            len(r.shape) != len(w.shape):
+        return False
+    distance = []
+    for a, b in zip(w.items, r.items):
+        if type(a) is not type(b) or isinstance(a, NewAxis):
+            return False
+        if isinstance(a, Index):
+            d = difference(b.at, a.at)
+            if d is None:
+                return False
+            if d:
+                return True       # a row the statement never writes
+            continue
+        if const_value(a.step) != 1 or const_value(b.step) != 1 or not same_expr(a.size, b.size):
+            return False
+        d = difference(b.start, a.start)
+        if d is None:
+            return False
+        distance.append(d)
+    return tuple(distance) >= (0,) * len(distance)
+
+
+def _apart_in_inner_loop(a, b):
+    """Whether views ``a`` and ``b`` of one container never share an element within one run of
+    the innermost loop of a nest over their (equal) shape: they differ by a constant offset that
+    is zero along the innermost axis or nonzero along an outer one (or they never overlap)."""
+    if a.perm is not None or b.perm is not None or len(a.items) != len(b.items):
+        return False
+    distance = []
+    for x, y in zip(a.items, b.items):
+        if type(x) is not type(y) or isinstance(x, NewAxis):
+            return False
+        if isinstance(x, Index):
+            d = difference(y.at, x.at)
+            if d is None:
+                return False
+            if d:
+                return True
+            continue
+        if not (same_expr(x.step, y.step) and same_expr(x.size, y.size)):
+            return False
+        d = difference(y.start, x.start)
+        if d is None:
+            return False
+        distance.append(d)
+    return not distance or distance[-1] == 0 or any(distance[:-1])
 
 
 def _conflict(a, b):

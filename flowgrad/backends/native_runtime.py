@@ -52,13 +52,18 @@ def grow(buf, need):
 # Numba emits (measured 3-9x for these; sin, cos and sqrt are on par). The native backend runs
 # them over large operands through ``vector_math``.
 VECTOR_MATH = ("exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "tanh", "sinh", "cosh", "tan",
-               "arcsin", "arccos", "arctan")
+               "arcsin", "arccos", "arctan", "arctan2")
 _UFUNCS = tuple(getattr(np, name) for name in VECTOR_MATH)
 
 
 def _ufunc_inplace(code, a):
     with np.errstate(all="ignore"):     # the scalar loops this stands in for warn about nothing
         _UFUNCS[code](a, out=a)
+
+
+def _ufunc2_inplace(code, a, b):
+    with np.errstate(all="ignore"):
+        _UFUNCS[code](a, b, out=a)
 
 
 @numba.njit(cache=True)
@@ -68,6 +73,13 @@ def vector_math(code, a):
     large loop nests."""
     with numba.objmode():
         _ufunc_inplace(code, a)
+
+
+@numba.njit(cache=True)
+def vector_math2(code, a, b):
+    """``a[...] = f(a, b)`` for a two-operand ufunc of ``VECTOR_MATH`` (``b`` broadcast to ``a``)."""
+    with numba.objmode():
+        _ufunc2_inplace(code, a, b)
 
 
 @_jit

@@ -350,7 +350,7 @@ def _fold(name, args, dt):
         a, b = args
         if name in ("add", "subtract") and (vals[1] is not None or (name == "add" and vals[0] is not None)):
             x, c = (a, vals[1]) if vals[1] is not None else (b, vals[0])
-            base, k = _offset(x)
+            base, k = split_offset(x)
             if k and base.dtype == dt:     # (i + 2) - 1 -> i + 1: equal extents compare equal
                 k += c if name == "add" else -c
                 if k == 0:
@@ -377,7 +377,7 @@ def _fold(name, args, dt):
     return None
 
 
-def _offset(e):
+def split_offset(e):
     """``(base, k)`` with integer expression ``e`` equal to ``base + k`` for a constant ``k``."""
     if isinstance(e, Op) and e.name in ("add", "subtract") and e.dtype.kind in "iu":
         k = const_value(e.args[1])
@@ -386,6 +386,15 @@ def _offset(e):
         if e.name == "add" and const_value(e.args[0]) is not None:
             return e.args[1], const_value(e.args[0])
     return e, 0
+
+
+def difference(a, b):
+    """The constant ``a - b`` of two integer expressions when it is one, else None."""
+    va, vb = const_value(a), const_value(b)
+    if va is not None and vb is not None:
+        return va - vb
+    (x, ka), (y, kb) = split_offset(a), split_offset(b)
+    return ka - kb if same_expr(x, y) else None
 
 
 def same_expr(a: Expr, b: Expr) -> bool:

@@ -1,0 +1,117 @@
+"""Turn sums into shifted views of one array into one sum per element (scatter to gather).
+
+Needs: a statement list (the backward sweep of a gradient). Changes: a run of consecutive
+accumulations ``g[o_1 : o_1 + n] += e_1``, ..., ``g[o_m : o_m + n] += e_m`` into views of one
+array that differ only by constant offsets along one axis (the adjoint of a stencil
+``u[1:-1] = u[:-2] + u[1:-1] + u[2:]``), of constant extent ``n`` at least their spread, none
+reading ``g``, becomes one accumulation per stretch of the union where the same statements
+contribute: ``g[k] += e_1(k - o_1) + ... + e_m(k - o_m)`` over the middle, shorter sums at the
+ends. Each element of ``g`` is then read and written once instead of ``m`` times, and no loop
+carries a dependence through memory (which stops vectorisation when the views are fused into
+one loop). Only the order in which an element's contributions are added changes.
+"""
+from __future__ import annotations
+
+from ..frontends.indexing import view
+from ..ir.core import (Assign, Const, Index, Op, Read, Ref, Slice, broadcast_shapes, const_value, difference,
+                       iter_reads, map_blocks)
+
+
+def gather_shifted_sums(stmts):
+    """``stmts`` with runs of shifted accumulations into one array gathered (see the module)."""
+    stmts = [map_blocks(s, gather_shifted_sums) for s in stmts]
+    out, k = [], 0
+    while k < len(stmts):
+        run = _run(stmts, k)
+        plan = _segments(run) if len(run) > 1 else None
+        if plan is None:
+            out.append(stmts[k])
+            k += 1
+        else:
+            out += plan
+            k += len(run)
+    return out
+
+
+def _run(stmts, k):
+    first = stmts[k]
+    if not _candidate(first):
+        return []
+    c = first.dst.container
+    run = [first]
+    for s in stmts[k + 1:]:
+        if not (_candidate(s) and s.dst.container is c and len(s.dst.items) == len(first.dst.items)):
+            break
+        run.append(s)
+    if any(r.ref.container is c for s in run for r in iter_reads(s.expr)) or \
+            any(r.ref.container is c for s in run for ie in s.dst.index_exprs() for r in iter_reads(ie)):
+        return []
+    return run
+
+
+def _candidate(s):
+    return isinstance(s, Assign) and s.accumulate and s.dst.container.ndim > 0 and s.dst.perm is None \
+        and len(s.dst.shape) > 0
+
+
+def _segments(run):
+    """The gathered statements, or None when ``run`` is not of the form handled."""
+    base = run[0].dst
+    axis, offsets = None, []
+    for s in run:
+        rel = None
+        for pos, (a, b) in enumerate(zip(base.items, s.dst.items)):
+            if type(a) is not type(b):
+                return None
+            if isinstance(a, Index):
+                if difference(b.at, a.at) != 0:
+                    return None
+                continue
+            if const_value(a.step) != 1 or const_value(b.step) != 1 or const_value(a.size) is None or \
+                    const_value(b.size) != const_value(a.size):
+                return None
+            d = difference(b.start, a.start)
+            if d is None:
+                return None
+            if d:
+                if axis not in (None, pos) or rel is not None:
+                    return None
+                axis, rel = pos, d
+        offsets.append(rel or 0)
+    if axis is None:
+        return None
+    n = const_value(base.items[axis].size)
+    if n < max(offsets) - min(offsets):
+        return None
+    space_axis = sum(1 for it in base.items[:axis] if not isinstance(it, Index))
+    start = base.items[axis].start
+    bounds = sorted({o for o in offsets} | {o + n for o in offsets})
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        terms = [_shift(s.expr, space_axis, len(base.shape), lo - o, hi - lo, s.loc)
+                 for s, o in zip(run, offsets) if o <= lo and hi <= o + n]
+        if not terms:
+            continue
+        expr = terms[0]
+        for t in terms[1:]:
+            expr = Op("add", (expr, t), expr.dtype, broadcast_shapes(expr.shape, t.shape))
+        items = list(base.items)
+        items[axis] = Slice(start + Const(lo) if lo else start, Const(hi - lo), Const(1))
+        out.append(Assign(Ref(base.container, items), expr, True, run[0].loc))
+    return out
+
+
+def _shift(e, axis, rank, delta, size, loc):
+    """``e`` (an expression over a space of ``rank`` axes) read at positions ``delta`` to
+    ``delta + size`` along ``axis`` of that space."""
+    if isinstance(e, Read):
+        shape = e.ref.shape
+        k = axis - (rank - len(shape))
+        if k < 0 or const_value(shape[k]) == 1:
+            return e                      # broadcast along that axis (or one element)
+        idx = tuple(slice(delta, delta + size) if j == k else slice(None) for j in range(len(shape)))
+        return Read(view(e.ref, idx, loc))
+    if isinstance(e, Op):
+        args = [_shift(a, axis, rank, delta, size, loc) for a in e.args]
+        return Op(e.name, tuple(args), e.dtype, broadcast_shapes(*[a.shape for a in args]))
+    return e
