@@ -13,7 +13,7 @@ one loop). Only the order in which an element's contributions are added changes.
 from __future__ import annotations
 
 from ..frontends.indexing import view
-from ..ir.core import (Assign, Const, Index, Op, Read, Ref, Slice, broadcast_shapes, const_value, difference,
+from ..ir.core import (Assign, Const, Index, NewAxis, Op, Read, Ref, Slice, broadcast_shapes, const_value, difference,
                        iter_reads, map_blocks)
 
 
@@ -63,6 +63,8 @@ def _segments(run):
         for pos, (a, b) in enumerate(zip(base.items, s.dst.items)):
             if type(a) is not type(b):
                 return None
+            if isinstance(a, NewAxis):
+                continue
             if isinstance(a, Index):
                 if difference(b.at, a.at) != 0:
                     return None
