@@ -60,10 +60,11 @@ class _Compiled:
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else capture(fn, args)
         self.cap = cap
         name = cap.name
-        body = fuse_temporaries(cap.body, protected=[cap.result])
-        body, _ = eliminate_dead(body, {cap.result})
+        containers = cap.containers
+        body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result]), cap.body, containers)
+        body = _pass("dce", lambda b: eliminate_dead(b, {cap.result})[0], body, containers)
         if mode == "forward":
-            body = hoist_factorizations(body, cap.containers, cap.namer)
+            body = _pass("hoist", lambda b: hoist_factorizations(b, containers, cap.namer), body, containers)
         self.prog = Program(name, cap.params, body, [cap.result], cap.containers)
         self.ckpt_params = {}
         for var in sorted(loop_kinds or {}):
@@ -96,15 +97,24 @@ class _Compiled:
         self.wrt = [cap.arg_containers[w] for w in wrt_spec]
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
         outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
-        backward = gather_shifted_sums(propagate_copies(self.gp.backward))
-        self.gp.backward, live = eliminate_dead(backward, outputs)
-        self.gp.forward, _ = eliminate_dead(self.gp.forward, live)
-        before = set(self.gp.containers)
-        self.gp.forward = hoist_factorizations(self.gp.forward, self.gp.containers, cap.namer)
-        self.gp.forward_containers += [c for n, c in self.gp.containers.items() if n not in before]
-        self.gp.backward = share_factorizations(
-            self.gp.forward, hoist_factorizations(self.gp.backward, self.gp.containers, cap.namer))
-        verify(self.gp.forward + self.gp.backward, self.gp.containers)
+        gp, live = self.gp, set()
+        backward = _pass("copies", propagate_copies, gp.backward, gp.containers)
+        backward = _pass("gather", gather_shifted_sums, backward, gp.containers)
+
+        def backward_dce(b):
+            out, found = eliminate_dead(b, outputs)
+            live.update(found)
+            return out
+        gp.backward = _pass("dce", backward_dce, backward, gp.containers)
+        gp.forward = _pass("dce", lambda b: eliminate_dead(b, live)[0], gp.forward, gp.containers)
+        before = set(gp.containers)
+        gp.forward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.forward,
+                           gp.containers)
+        gp.forward_containers += [c for n, c in gp.containers.items() if n not in before]
+        backward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.backward,
+                         gp.containers)
+        gp.backward = _pass("share", lambda b: share_factorizations(gp.forward, b), backward, gp.containers)
+        verify(gp.forward + gp.backward, gp.containers)
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
@@ -132,6 +142,17 @@ class _Compiled:
             text = ("# forward (with tape pushes)\n" + program_text(fwd) +
                     "# backward\n" + self.backward_text + "\n")
         return text
+
+
+def _pass(name, fn, stmts, containers):
+    """``fn(stmts)``, verified; with ``FLOWGRAD_DUMP`` naming the pass (a comma-separated list,
+    e.g. ``FLOWGRAD_DUMP=copies,gather``), the statements before and after it are printed."""
+    out = fn(stmts)
+    verify(out, containers)
+    if name in os.environ.get("FLOWGRAD_DUMP", "").split(","):
+        print(f"# before {name}\n" + "\n".join(block_lines(stmts, "  ")))
+        print(f"# after {name}\n" + "\n".join(block_lines(out, "  ")))
+    return out
 
 
 def _native_vjp(grad_fn, cotangent, wrt):

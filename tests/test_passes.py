@@ -119,3 +119,13 @@ def test_shifted_adjoint_sums_are_gathered(backend):
     check_grad(smooth_2d, args2, ("U", "W"), backend=backend)
     backward = flowgrad.grad(smooth_2d, wrt=("U", "W"), backend=backend).ir(*args2).split("# backward")[1]
     assert any(ln.count("gexpr[") == 2 and ln.strip().startswith("g_U[") for ln in backward.splitlines())
+
+
+def test_dump_shows_a_pass_before_and_after(monkeypatch, capsys):
+    monkeypatch.setenv("FLOWGRAD_DUMP", "copies,gather")
+    args = (np.linspace(0.0, 1.0, 7), np.linspace(1.0, 2.0, 7), 0.3, 2)
+    flowgrad.grad(smooth_steps, wrt=("A", "c"), backend="numpy")(*args)
+    out = capsys.readouterr().out
+    for name in ("copies", "gather"):
+        assert f"# before {name}" in out and f"# after {name}" in out
+    assert "# before dce" not in out
