@@ -2,15 +2,17 @@
 
 Needs: a statement list (the backward sweep of a gradient). Changes: a run of consecutive
 accumulations ``g[o_1 : o_1 + n] += e_1``, ..., ``g[o_m : o_m + n] += e_m`` into views of one
-array that differ only by constant offsets along one axis (the adjoint of a stencil
-``u[1:-1] = u[:-2] + u[1:-1] + u[2:]``), of constant extent ``n`` at least their spread, none
-reading ``g``, becomes one accumulation per stretch of the union where the same statements
-contribute: ``g[k] += e_1(k - o_1) + ... + e_m(k - o_m)`` over the middle, shorter sums at the
+array that differ only by constant offsets (the adjoint of a stencil
+``u[1:-1] = u[:-2] + u[1:-1] + u[2:]``, or of a 5-point one in 2-D), of constant extents at least
+their spread, none reading ``g``, becomes one accumulation per piece of the union where the same
+statements contribute: ``g[k] += e_1(k - o_1) + ... + e_m(k - o_m)`` over the middle, shorter sums at the
 ends. Each element of ``g`` is then read and written once instead of ``m`` times, and no loop
 carries a dependence through memory (which stops vectorisation when the views are fused into
 one loop). Only the order in which an element's contributions are added changes.
 """
 from __future__ import annotations
+
+import itertools
 
 from ..frontends.indexing import view
 from ..ir.core import (Assign, Const, Index, NewAxis, Op, Read, Ref, Slice, broadcast_shapes, const_value, difference,
@@ -54,12 +56,15 @@ def _candidate(s):
         and len(s.dst.shape) > 0
 
 
+_MAX_PIECES = 32        # sums per gathered run (the pieces of a 5-point 2-D stencil: 25)
+
+
 def _segments(run):
     """The gathered statements, or None when ``run`` is not of the form handled."""
     base = run[0].dst
-    axis, offsets = None, []
+    offsets = []                  # per statement: item position -> offset from ``base``
     for s in run:
-        rel = None
+        off = {}
         for pos, (a, b) in enumerate(zip(base.items, s.dst.items)):
             if type(a) is not type(b):
                 return None
@@ -72,33 +77,39 @@ def _segments(run):
             if const_value(a.step) != 1 or const_value(b.step) != 1 or const_value(a.size) is None or \
                     const_value(b.size) != const_value(a.size):
                 return None
-            d = difference(b.start, a.start)
-            if d is None:
+            off[pos] = difference(b.start, a.start)
+            if off[pos] is None:
                 return None
-            if d:
-                if axis not in (None, pos) or rel is not None:
-                    return None
-                axis, rel = pos, d
-        offsets.append(rel or 0)
-    if axis is None:
+        offsets.append(off)
+    moving = [pos for pos in offsets[0] if any(o[pos] for o in offsets)]
+    extent = {pos: const_value(base.items[pos].size) for pos in moving}
+    if not moving or any(extent[p] < max(o[p] for o in offsets) - min(o[p] for o in offsets) for p in moving):
         return None
-    n = const_value(base.items[axis].size)
-    if n < max(offsets) - min(offsets):
+    spans = []                    # per moving axis: the stretches where the same statements contribute
+    for p in moving:
+        bounds = sorted({o[p] for o in offsets} | {o[p] + extent[p] for o in offsets})
+        spans.append(list(zip(bounds, bounds[1:])))
+    if len(list(itertools.product(*spans))) > _MAX_PIECES:
         return None
-    space_axis = sum(1 for it in base.items[:axis] if not isinstance(it, Index))
-    start = base.items[axis].start
-    bounds = sorted({o for o in offsets} | {o + n for o in offsets})
+    space = {p: sum(1 for it in base.items[:p] if not isinstance(it, Index)) for p in moving}
     out = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        terms = [_shift(s.expr, space_axis, len(base.shape), lo - o, hi - lo, s.loc)
-                 for s, o in zip(run, offsets) if o <= lo and hi <= o + n]
+    for piece in itertools.product(*spans):
+        terms = []
+        for s, o in zip(run, offsets):
+            if all(o[p] <= lo and hi <= o[p] + extent[p] for p, (lo, hi) in zip(moving, piece)):
+                e = s.expr
+                for p, (lo, hi) in zip(moving, piece):
+                    e = _shift(e, space[p], len(base.shape), lo - o[p], hi - lo, s.loc)
+                terms.append(e)
         if not terms:
             continue
         expr = terms[0]
         for t in terms[1:]:
             expr = Op("add", (expr, t), expr.dtype, broadcast_shapes(expr.shape, t.shape))
         items = list(base.items)
-        items[axis] = Slice(start + Const(lo) if lo else start, Const(hi - lo), Const(1))
+        for p, (lo, hi) in zip(moving, piece):
+            start = base.items[p].start
+            items[p] = Slice(start + Const(lo) if lo else start, Const(hi - lo), Const(1))
         out.append(Assign(Ref(base.container, items), expr, True, run[0].loc))
     return out
 
