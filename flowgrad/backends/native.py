@@ -18,8 +18,8 @@ import sys
 import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read,
-                       Ref, Slice, While, broadcast_shapes, const_value, difference, is_cheap, iter_reads, same_expr,
-                       same_ref, stmt_reads, stmt_writes, walk)
+                       DISJOINT, Ref, Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr,
+                       same_ref, stmt_reads, stmt_writes, view_offsets, walk)
 from ..ir.printer import expr_text
 from .native_calls import CALL_LOWERING, _scalar_type, new_array, reduction_start, whole_reduction
 from .native_runtime import VECTOR_MATH
@@ -743,52 +743,25 @@ HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import nativ
 def _reads_ahead(w, r):
     """Whether view ``r`` of the container that view ``w`` writes holds, at each position of the
     nest over ``w``, an element the nest writes at that position or later, or never."""
-    if w.perm is not None or r.perm is not None or len(w.items) != len(r.items) or \
-            len(r.shape) != len(w.shape):
+    offsets = view_offsets(w, r)
+    if offsets is DISJOINT:
+        return True
+    if offsets is None or any(const_value(w.items[p].step) != 1 for p in offsets):
         return False
-    distance = []
-    for a, b in zip(w.items, r.items):
-        if type(a) is not type(b) or isinstance(a, NewAxis):
-            return False
-        if isinstance(a, Index):
-            d = difference(b.at, a.at)
-            if d is None:
-                return False
-            if d:
-                return True       # a row the statement never writes
-            continue
-        if const_value(a.step) != 1 or const_value(b.step) != 1 or not same_expr(a.size, b.size):
-            return False
-        d = difference(b.start, a.start)
-        if d is None:
-            return False
-        distance.append(d)
-    return tuple(distance) >= (0,) * len(distance)
+    distance = tuple(offsets[p] for p in sorted(offsets))
+    return distance >= (0,) * len(distance)
 
 
 def _apart_in_inner_loop(a, b):
     """Whether views ``a`` and ``b`` of one container never share an element within one run of
     the innermost loop of a nest over their (equal) shape: they differ by a constant offset that
     is zero along the innermost axis or nonzero along an outer one (or they never overlap)."""
-    if a.perm is not None or b.perm is not None or len(a.items) != len(b.items):
+    offsets = view_offsets(a, b)
+    if offsets is DISJOINT:
+        return True
+    if offsets is None:
         return False
-    distance = []
-    for x, y in zip(a.items, b.items):
-        if type(x) is not type(y) or isinstance(x, NewAxis):
-            return False
-        if isinstance(x, Index):
-            d = difference(y.at, x.at)
-            if d is None:
-                return False
-            if d:
-                return True
-            continue
-        if not (same_expr(x.step, y.step) and same_expr(x.size, y.size)):
-            return False
-        d = difference(y.start, x.start)
-        if d is None:
-            return False
-        distance.append(d)
+    distance = [offsets[p] for p in sorted(offsets)]
     return not distance or distance[-1] == 0 or any(distance[:-1])
 
 

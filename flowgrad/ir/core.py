@@ -397,6 +397,37 @@ def difference(a, b):
     return ka - kb if same_expr(x, y) else None
 
 
+DISJOINT = "disjoint"
+
+
+def view_offsets(a: Ref, b: Ref):
+    """How view ``b`` of a container lies against view ``a`` of it: ``DISJOINT`` when they fix
+    one index to different values (no shared element), a dict ``{item position: b's start -
+    a's start}`` over their slices when ``b`` is ``a`` shifted by constants (same kinds of item,
+    steps and extents), else None."""
+    if a.perm is not None or b.perm is not None or len(a.items) != len(b.items):
+        return None
+    out = {}
+    for pos, (x, y) in enumerate(zip(a.items, b.items)):
+        if type(x) is not type(y):
+            return None
+        if isinstance(x, NewAxis):
+            continue
+        if isinstance(x, Index):
+            d = difference(y.at, x.at)
+            if d is None:
+                return None
+            if d:
+                return DISJOINT
+            continue
+        if not (same_expr(x.step, y.step) and same_expr(x.size, y.size)):
+            return None
+        out[pos] = difference(y.start, x.start)
+        if out[pos] is None:
+            return None
+    return out
+
+
 def same_expr(a: Expr, b: Expr) -> bool:
     """Structural equality of expressions."""
     if a is b:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 
 from ..frontends.indexing import view
-from ..ir.core import (Assign, Const, Index, NewAxis, Op, Read, Ref, Slice, broadcast_shapes, const_value, difference,
-                       iter_reads, map_blocks)
+from ..ir.core import (DISJOINT, Assign, Const, Index, Op, Read, Ref, Slice, broadcast_shapes, const_value,
+                       iter_reads, map_blocks, view_offsets)
 
 
 def gather_shifted_sums(stmts):
@@ -64,22 +64,10 @@ def _segments(run):
     base = run[0].dst
     offsets = []                  # per statement: item position -> offset from ``base``
     for s in run:
-        off = {}
-        for pos, (a, b) in enumerate(zip(base.items, s.dst.items)):
-            if type(a) is not type(b):
-                return None
-            if isinstance(a, NewAxis):
-                continue
-            if isinstance(a, Index):
-                if difference(b.at, a.at) != 0:
-                    return None
-                continue
-            if const_value(a.step) != 1 or const_value(b.step) != 1 or const_value(a.size) is None or \
-                    const_value(b.size) != const_value(a.size):
-                return None
-            off[pos] = difference(b.start, a.start)
-            if off[pos] is None:
-                return None
+        off = view_offsets(base, s.dst)
+        if off is None or off is DISJOINT or \
+                any(const_value(base.items[p].step) != 1 or const_value(base.items[p].size) is None for p in off):
+            return None
         offsets.append(off)
     moving = [pos for pos in offsets[0] if any(o[pos] for o in offsets)]
     extent = {pos: const_value(base.items[pos].size) for pos in moving}
