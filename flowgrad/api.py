@@ -159,13 +159,24 @@ def _native_vjp(grad_fn, cotangent, wrt):
     """The ``(result, pullback)`` convention over a compiled function running forward and backward
     together for a given cotangent. A scalar result's pullback is linear in the cotangent, so one
     call with cotangent 1 serves every pullback."""
-    def unpack(grads, scale=1.0):
-        return tuple((g if w.ndim else g[0]) * scale for g, w in zip(grads, wrt))
+    def unpack(grads):
+        return tuple(g if w.ndim else g[0] for g, w in zip(grads, wrt))
 
     def vjp_fn(*args):
         if cotangent.ndim == 0:
             result, grads = grad_fn(*args, 1.0)
-            return result, lambda ct: unpack(grads, ct)
+            kept = [grads]
+
+            def pullback(ct):
+                # The first pullback hands over the computed arrays themselves (scaled in place): a
+                # scaled copy of a large gradient costs as much as a pass of the backward sweep.
+                # Later pullbacks recompute, since the caller owns the arrays handed over.
+                mine = kept.pop() if kept else grad_fn(*args, 1.0)[1]
+                if ct != 1.0:
+                    for g in mine:
+                        g *= ct
+                return unpack(mine)
+            return result, pullback
         shape = tuple(d.value if isinstance(d, Const) else None for d in cotangent.shape)
         if None in shape:
             raise FlowgradError("the native backend needs a result of fixed shape for vjp; use backend='numpy'")

@@ -297,6 +297,24 @@ def test_pullback_is_linear_and_reusable(backend):
     assert_close(g1[1], (A.T @ c1) * (1.0 - np.tanh(x) ** 2))
 
 
+def test_scalar_pullback_is_linear_and_reusable_after_the_caller_changes_a_gradient(backend):
+    A, x = U((3, 4)), U((4,), seed=1)
+    out, pullback = flowgrad.vjp(sum_matvec, A, x, wrt=("A", "x"), backend=backend)
+    want = pullback(1.0)
+    want = tuple(w.copy() for w in want)
+    g1 = pullback(1.0)
+    for g in g1:
+        g[...] = 7.0        # the caller owns what it was given
+    g3 = pullback(3.0)
+    for w, g in zip(want, g3):
+        assert_close(g, 3.0 * w)
+    assert_close(want[1], A.T @ np.ones(3) * (1.0 - np.tanh(x) ** 2))
+
+
+def sum_matvec(A, x):
+    return np.sum(vjp_matvec(A, x))
+
+
 # ---------------------------------------------------------------------------------------
 # Entry points share one function; generated source and IR are inspectable
 # ---------------------------------------------------------------------------------------
