@@ -200,13 +200,25 @@ class _Transform:
         if not callable(fn):
             raise InputError(f"{fn!r} is not a function")
         self.fn, self.backend, self.mode = fn, backend, mode
-        self.params = list(inspect.signature(fn).parameters)
+        self.signature = inspect.signature(fn)
+        self.params = list(self.signature.parameters)
         self.wrt_given = wrt
         self.cache = {}
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
 
-    def wrt_names(self, args):
+    def bind(self, args):
+        """The call's arguments by name, defaults applied."""
+        try:
+            bound = self.signature.bind(*args)
+        except TypeError as exc:
+            raise InputError(f"calling {self.__name__}: {exc}") from None
+        bound.apply_defaults()
+        return bound.arguments
+
+    def wrt_names(self, args, arguments=None):
+        """(names of the ``wrt`` arguments, whether ``wrt`` is a single one); ``arguments``: the
+        call's, when already bound."""
         wrt = self.wrt_given
         single = not isinstance(wrt, (tuple, list))
         items = [wrt] if single else list(wrt)
@@ -224,10 +236,9 @@ class _Transform:
                 names.append(w)
             else:
                 raise InputError(f"wrt entries must be argument names or positions, not {w!r}")
-        bound = inspect.signature(self.fn).bind(*args)
-        bound.apply_defaults()
+        arguments = self.bind(args) if arguments is None else arguments
         for n in names:
-            v = bound.arguments[n]
+            v = arguments[n]
             if isinstance(v, (bool, np.bool_)) or isinstance(v, (int, np.integer)) or \
                     isinstance(v, np.ndarray) and v.dtype.kind != "f":
                 raise InputError(f"wrt argument {n!r} is an integer or boolean; only float arguments can be "
@@ -237,9 +248,10 @@ class _Transform:
                                  "scalars can be differentiated")
         return tuple(names), single
 
-    def planned(self, args):
-        """(compiled entry, checkpoint parameters, plan) for a call, honouring the memory budget."""
-        entry = self.compiled(args)
+    def planned(self, args, entry=None):
+        """(compiled entry, checkpoint parameters, plan) for a call, honouring the memory budget;
+        ``entry``: the call's store-all entry, when already looked up."""
+        entry = self.compiled(args) if entry is None else entry
         if self.mode == "forward" or self.strategy == "store_all":
             return entry, {}, None
         plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), self.memory_budget, self.strategy)
@@ -253,20 +265,16 @@ class _Transform:
             self.cache[key] = variant
         return variant, plan.params(), plan
 
-    def cache_key(self, args):
-        try:
-            bound = inspect.signature(self.fn).bind(*args)
-        except TypeError as exc:
-            raise InputError(f"calling {self.__name__}: {exc}") from None
-        bound.apply_defaults()
-        key = [tuple(_arg_key(v, n) for n, v in bound.arguments.items())]
+    def cache_key(self, args, arguments=None):
+        arguments = self.bind(args) if arguments is None else arguments
+        key = [tuple(_arg_key(v, n) for n, v in arguments.items())]
         if self.mode != "forward":
-            key.append(self.wrt_names(args)[0])
+            key.append(self.wrt_names(args, arguments)[0])
         return tuple(key)
 
-    def compiled(self, args):
+    def compiled(self, args, arguments=None):
         """The store-all specialisation for these arguments' signature (captured on first use)."""
-        key = self.cache_key(args)
+        key = self.cache_key(args, arguments)
         entry = self.cache.get(key)
         if entry is None:
             entry = _Compiled(self.fn, args, key[1] if self.mode != "forward" else (), self.backend, self.mode)
@@ -341,14 +349,14 @@ class value_and_grad(_Transform):
         super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse", memory_budget, strategy)
 
     def __call__(self, *args):
-        _scalar_result(self.compiled(args), self.__name__)
-        entry, ckpt, _ = self.planned(args)
-        wrt, single = self.wrt_names(args)
+        arguments = self.bind(args)
+        entry = self.compiled(args, arguments)
+        _scalar_result(entry, self.__name__)
+        entry, ckpt, _ = self.planned(args, entry)
+        wrt, single = self.wrt_names(args, arguments)
         value, pullback = _run_vjp(entry, args, ckpt)
         grads = pullback(1.0)
-        bound = inspect.signature(self.fn).bind(*args)
-        bound.apply_defaults()
-        return float(value), _format_grads(grads, wrt, single, bound.arguments)
+        return float(value), _format_grads(grads, wrt, single, arguments)
 
 
 class grad(value_and_grad):

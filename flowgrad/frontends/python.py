@@ -1047,9 +1047,10 @@ def capture(fn, args) -> Captured:
         raise FlowgradError(f"could not settle the types of the scalars in {fn.__name__}")
     const_values = [v for _, v in fe.consts.values()]
     names = list(fe.arg_containers)
+    signature = inspect.signature(fn)
 
     def inputs(call_args):
-        bound = inspect.signature(fn).bind(*call_args)
+        bound = signature.bind(*call_args)
         bound.apply_defaults()
         return [bound.arguments[n] for n in names] + const_values
 
