@@ -130,6 +130,25 @@ def test_workspace_reuse_keeps_returned_arrays_and_release_works():
     assert grows and all("_rt.trip_count(0, n_steps, 1) *" in line for line in grows)
 
 
+def test_returned_arrays_are_recycled_only_once_the_caller_lets_go():
+    rng = np.random.default_rng(4)
+    g = flowgrad.grad(time_loop, wrt=("u", "c"), backend=native)
+    u = rng.uniform(0, 1, 30)
+    want = flowgrad.grad(time_loop, wrt=("u", "c"), backend="numpy")(u, 0.1, 7)[0]
+    address = g(u, 0.1, 7)[0].ctypes.data        # dropped at once
+    held = g(u, 0.1, 7)[0]
+    assert held.ctypes.data == address           # the dropped array came back
+    view = held[2:5]
+    del held
+    others = [g(u, 0.1, 7)[0] for _ in range(3)]
+    assert all(not np.shares_memory(view, o) for o in others)    # a view keeps its memory the caller's
+    for o in others:
+        np.testing.assert_allclose(o, want, rtol=1e-12)
+    np.testing.assert_allclose(view, want[2:5], rtol=1e-12)
+    out = flowgrad.jit(time_loop, backend=native)
+    np.testing.assert_allclose(out(u, 0.1, 7), time_loop(u.copy(), 0.1, 7), rtol=1e-12)
+
+
 def test_dead_statements_and_zero_fills_disappear():
     rng = np.random.default_rng(5)
     args = (rng.uniform(-1, 1, (5, 6)), rng.uniform(-1, 1, 6))

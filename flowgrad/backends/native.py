@@ -63,6 +63,7 @@ class Lowering:
         self.allocated_at_start = set()
         self.scratch = []           # allocations of fixed-shape temporaries, emitted once at entry
         self.workspace = []         # (dtype, ndim, variable) of each buffer kept between calls
+        self.outputs = []           # (dtype, ndim, position) of each fixed-shape array handed over
         self.reserved = set()       # tapes with room reserved for every push of the enclosing loop
         self.nesting = 0            # loops and branches around the statement being lowered
         self.once = {}              # values computed by statements that run once per call (see nn_ops)
@@ -181,6 +182,17 @@ class Lowering:
                 f"if {name}.shape != {shape}:",
                 f"    {name} = {new_array(shape, dtype, zeros=True)}",
                 f"_ws{k} = {name}"]
+
+    def from_outputs(self, name, shape, dtype, ndim, position):
+        """Lines binding ``name``, an array handed to the caller (at ``position`` of the flat
+        list of results and gradients), to the buffer the caller offers for it (``_out``: one it
+        gave out before and nobody holds any more, see ``Kernel``), allocated when none is
+        offered. Like a fresh ``np.empty``, its contents are undefined."""
+        k = len(self.outputs)
+        self.outputs.append((np.dtype(dtype).name, ndim, position))
+        return [f"{name} = _out[{k}]",
+                f"if {name}.shape != {shape}:",
+                f"    {name} = {new_array(shape, dtype)}"]
 
     def materialise(self, e, ind, dtype=None):
         """A Read of a fresh temporary holding ``e`` (over its own shape)."""
@@ -791,8 +803,9 @@ def _written(stmts):
 def _prologue(low, prog, containers, tapes, ind, written, returned):
     """Parameter copies, container and tape bindings. Fixed-shape containers and tapes come from
     the workspace (``_ws``, kept by the caller between calls so that their memory is not
-    allocated, and paged in, again); ``returned`` containers are handed to the caller and so are
-    allocated afresh."""
+    allocated, and paged in, again); ``returned`` containers (each with its position among the
+    results and gradients) are handed to the caller, in buffers the caller no longer holds when
+    there are such (``_out``)."""
     params = prog.params + list(prog.inputs)
     for p in prog.params:
         if p.ndim and p in written:        # the caller's arrays are never modified
@@ -806,11 +819,10 @@ def _prologue(low, prog, containers, tapes, ind, written, returned):
             low.line(f"{c.name} = {_scalar_type(c.dtype)}(0)", ind)
         elif _static_shape(c, params):
             shape = low.shape_tuple(c.shape)
-            if c in returned:
-                low.line(f"{c.name} = {new_array(shape, c.dtype)}", ind)
-            else:
-                for text in low.from_workspace(c.name, shape, c.dtype, c.ndim):
-                    low.line(text, ind)
+            lines = low.from_outputs(c.name, shape, c.dtype, c.ndim, returned[c]) if c in returned \
+                else low.from_workspace(c.name, shape, c.dtype, c.ndim)
+            for text in lines:
+                low.line(text, ind)
             low.allocated_at_start.add(c.name)
         else:
             low.line(f"{c.name} = np.empty({(0,) * c.ndim!r}, dtype={dtype_src(c.dtype)})", ind)
@@ -825,37 +837,40 @@ def _prologue(low, prog, containers, tapes, ind, written, returned):
 
 def _finish(low, name, entry, returns):
     """Insert the scratch bindings at ``entry``, return ``returns`` and the workspace, and
-    declare the workspace's buffer types for the caller (``WORKSPACE_<name>``)."""
+    declare the workspace's buffer types for the caller (``WORKSPACE_<name>``) and the
+    fixed-shape arrays it hands over (``OUTPUTS_<name>``: type and position of each)."""
     low.lines[entry:entry] = ["    " + a for a in low.scratch]
     ws = "".join(var + ", " for _, _, var in low.workspace)
     low.line(f"return {returns}, ({ws})", 1)
     types = tuple((dt, nd) for dt, nd, _ in low.workspace)
-    return HEADER + "\n".join(low.lines) + f"\n\n\nWORKSPACE_{name} = {types!r}\n"
+    return (HEADER + "\n".join(low.lines) + f"\n\n\nWORKSPACE_{name} = {types!r}\n"
+            f"OUTPUTS_{name} = {tuple(low.outputs)!r}\n")
 
 
 def emit_forward(prog) -> str:
-    """``<name>(*params, _ws) -> (result, workspace)``."""
+    """``<name>(*params, _ws, _out) -> (result, workspace)``."""
     low = Lowering(prog.containers)
     names = ", ".join(p.name for p in prog.params)
     low.line("@_jit", 0)
-    low.line(f"def {prog.name}({names}{', ' if names else ''}_ws):", 0)
+    low.line(f"def {prog.name}({names}{', ' if names else ''}_ws, _out):", 0)
     _prologue(low, prog, [c for c in prog.containers.values()], [], 1, _written(prog.body),
-              {prog.results[0]})
+              {prog.results[0]: 0})
     entry = len(low.lines)
     low.block(prog.body, 1)
     return _finish(low, prog.name, entry, prog.results[0].name)
 
 
 def emit_grad(prog, gp, wrt) -> str:
-    """``<name>_grad(*params, cotangent, _ws) -> (result, (grads...), workspace)``: forward and
-    backward in one function."""
+    """``<name>_grad(*params, cotangent, _ws, _out) -> (result, (grads...), workspace)``:
+    forward and backward in one function."""
     low = Lowering(gp.containers)
     names = ", ".join([p.name for p in prog.params] + [gp.cotangent.name])
     low.line("@_jit", 0)
-    low.line(f"def {prog.name}_grad({names}, _ws):", 0)
+    low.line(f"def {prog.name}_grad({names}, _ws, _out):", 0)
     tapes = list(gp.tapes.values())
     containers = [c for c in gp.containers.values() if c is not gp.cotangent]
-    returned = {prog.results[0]} | {gp.grads[w] for w in wrt if w in gp.grads}
+    returned = {prog.results[0]: 0}
+    returned.update({gp.grads[w]: 1 + k for k, w in enumerate(wrt) if w in gp.grads})
     _prologue(low, prog, containers, tapes, 1, _written(gp.forward + gp.backward), returned)
     entry = len(low.lines)
     low.block(gp.forward, 1)
@@ -878,21 +893,52 @@ def emit_grad(prog, gp, wrt) -> str:
 class Kernel:
     """A compiled function with its workspace: the buffers its fixed-shape intermediates, scratch
     arrays and tapes live in, kept between calls (a pool, so concurrent or re-entrant calls each
-    get their own). ``release()`` frees them."""
+    get their own). ``release()`` frees them.
 
-    def __init__(self, fn, types):
+    Fixed-shape arrays the function hands over (results, gradients) are recycled: the kernel
+    remembers the last few it returned for each, and offers one back to the function once the
+    caller holds no reference to it (not even through a view). A loop that drops each gradient
+    after use then does not page in fresh memory on every call; measured 18% of a gradient
+    returning two 32 MB arrays, which the C allocator hands back to the system when freed."""
+
+    KEEP = 2        # arrays remembered per output: a caller holding the previous one still gets one
+
+    def __init__(self, fn, types, out_types=()):
         self.fn = fn
         self.types = types
+        self.out_types = out_types
         self.pool = []
+        self.spare = [[] for _ in out_types]
+
+    def _offer(self, k):
+        bufs = self.spare[k]
+        for i in range(len(bufs)):
+            if _unheld(bufs[i]):
+                return bufs.pop(i)
+        dt, nd, _ = self.out_types[k]
+        return np.empty((0,) * nd, dtype=dt)
 
     def __call__(self, *args):
         ws = self.pool.pop() if self.pool else tuple(np.empty((0,) * nd, dtype=dt) for dt, nd in self.types)
-        out = self.fn(*args, ws)
+        out = self.fn(*args, ws, tuple(self._offer(k) for k in range(len(self.out_types))))
         self.pool.append(out[-1])
+        handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
+        for bufs, (_, _, position) in zip(self.spare, self.out_types):
+            bufs.append(handed[position])
+            del bufs[:-self.KEEP]
         return out[0] if len(out) == 2 else out[:-1]
 
     def release(self):
         self.pool.clear()
+        for bufs in self.spare:
+            bufs.clear()
+
+
+def _unheld(a):
+    """Whether nothing but the kernel's list refers to ``a`` or to the memory under it. A view
+    of ``a`` refers to what owns the memory (NumPy collapses chains of views), here the record
+    Numba keeps for the memory it allocated, which only ``a`` should hold."""
+    return sys.getrefcount(a) == 3 and (a.base is None or sys.getrefcount(a.base) == 2)
 
 
 def cache_dir() -> str:
@@ -920,7 +966,7 @@ def compile_source(src: str, name: str):
         mod = importlib.util.module_from_spec(spec)
         sys.modules[modname] = mod
         spec.loader.exec_module(mod)
-    return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name))
+    return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name), getattr(mod, "OUTPUTS_" + name))
 
 
 def available() -> bool:
