@@ -146,3 +146,58 @@ def test_two_dimensional_stencil_adjoints_are_gathered(backend):
     # the interior of g_B gets all five shifted terms of g_A in one sum
     assert any(ln.strip().startswith("g_B[2:+2, 2:+3] +=") and ln.count("g_A[") == 5
                for ln in backward.splitlines())
+
+
+def forward_substitution(L, b):
+    n = b.shape[0]
+    x = np.zeros(n)
+    for i in range(n):
+        x[i] = b[i]
+        for j in range(i):
+            x[i] -= L[i, j] * x[j]       # adjoints read x[j], j < i: the old x[i] is never needed
+        x[i] = x[i] / L[i, i]
+    return np.sum(x * x)
+
+
+def forward_substitution_reaching_the_diagonal(L, b):
+    n = b.shape[0]
+    x = b * 1.0
+    for i in range(n):
+        for j in range(i + 1):
+            x[i] -= 0.1 * L[i, j] * x[j] * x[j]     # j == i reads the element being updated
+    return np.sum(x * x)
+
+
+def _pushes_in_innermost_loops(ir):
+    """The tape pushes in the forward's loops that contain no other loop."""
+    forward = ir.split("# backward")[0].splitlines()
+    found = []
+    for k, line in enumerate(forward):
+        if line.lstrip().startswith("for "):
+            body = []
+            for ln in forward[k + 1:]:
+                if _depth(ln) <= _depth(line):
+                    break
+                body.append(ln.strip())
+            if not any(ln.startswith("for ") for ln in body):
+                found += [ln for ln in body if ln.startswith("push ")]
+    return found
+
+
+def _depth(line):
+    return len(line) - len(line.lstrip())
+
+
+def test_values_no_adjoint_reads_are_not_taped(backend):
+    rng = np.random.default_rng(3)
+    n = 7
+    L = np.tril(rng.uniform(-0.5, 0.5, (n, n))) + 2.0 * np.eye(n)
+    args = (L, rng.uniform(-1, 1, n))
+    check_forward(forward_substitution, args, backend)
+    check_grad(forward_substitution, args, ("L", "b"), backend=backend)
+    ir = flowgrad.grad(forward_substitution, wrt=("L", "b"), backend=backend).ir(*args)
+    assert _pushes_in_innermost_loops(ir) == []
+    # where an adjoint does read the element being updated, its old values stay on the tape
+    check_grad(forward_substitution_reaching_the_diagonal, args, ("L", "b"), backend=backend)
+    ir = flowgrad.grad(forward_substitution_reaching_the_diagonal, wrt=("L", "b"), backend=backend).ir(*args)
+    assert _pushes_in_innermost_loops(ir)

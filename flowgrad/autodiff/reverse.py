@@ -16,8 +16,8 @@ from ..errors import UnsupportedError
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program, Push,
                        Slice,
                        broadcast_shapes,
-                       Read, Ref, While, const_value, data_reads, is_float, iter_reads, same_expr, scalar,
-                       map_blocks, stmt_reads, stmt_writes, walk, I64, same_ref)
+                       Read, Ref, While, apart, child_blocks, const_value, data_reads, is_float, iter_reads,
+                       loop_range, same_expr, scalar, map_blocks, stmt_reads, stmt_writes, walk, I64, same_ref)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
@@ -330,7 +330,13 @@ def _overwritten_before_read(r, path, replayed):
     x = r.ref.container
     index_deps = {rd.ref.container for ie in r.ref.index_exprs() for rd in iter_reads(ie)}
 
-    def scan(seq, state):
+    def reads_restored(t, state, ranges):
+        # while the restored view's position is unchanged, a read provably apart from it
+        # (``x[j]`` for ``j`` in ``range(i)`` against ``x[i]``) does not need its value
+        return any(rd.ref.container is x and (state["moved"] or not apart(rd.ref, r.ref, ranges))
+                   for rd in stmt_reads(t))
+
+    def scan(seq, state, ranges):
         for st in seq:
             if isinstance(st, _Restore):
                 if st.ref.container is x and not state["moved"] and same_ref(st.ref, r.ref):
@@ -338,12 +344,12 @@ def _overwritten_before_read(r, path, replayed):
                 if st.ref.container in index_deps:
                     state["moved"] = True
                 continue
-            for t in walk([st]):
+            for t, inner in _walk_ranges([st], ranges):
                 if isinstance(t, _Restore):
                     if t.ref.container in index_deps:
                         state["moved"] = True
                     continue
-                if any(rd.ref.container is x for rd in stmt_reads(t)):
+                if reads_restored(t, state, inner):
                     return False
                 if isinstance(t, For) and t.var.name in replayed:
                     return False
@@ -356,7 +362,8 @@ def _overwritten_before_read(r, path, replayed):
     levels = list(path)
     for depth in range(len(levels) - 1, -1, -1):
         stmts, k, _ = levels[depth]
-        found = scan(stmts[k + 1:], state)
+        ranges = _ranges(level[2] for level in levels[:depth])
+        found = scan(stmts[k + 1:], state, ranges)
         if found is not None:
             return found
         owner = levels[depth - 1][2] if depth > 0 else None
@@ -366,11 +373,33 @@ def _overwritten_before_read(r, path, replayed):
             wrap = dict(state)
             if written & index_deps:
                 wrap["moved"] = True
-            found = scan(stmts[:k + 1], wrap)
+            found = scan(stmts[:k + 1], wrap, ranges)
             if found is False:
                 return False
             state["moved"] = state["moved"] or bool(written & index_deps)
     return True
+
+
+def _ranges(loops, ranges=None):
+    """``ranges`` (loop variable -> ``loop_range``) with those of the ``for`` loops in ``loops``."""
+    out = dict(ranges or {})
+    for s in loops:
+        if isinstance(s, For):
+            bounds = loop_range(s)
+            restored = {t.ref.container for t in walk(s.body) if isinstance(t, _Restore)}
+            if bounds is not None and not any(r.ref.container in restored for e in (s.start, s.stop)
+                                              for r in iter_reads(e)):
+                out[s.var] = bounds
+    return out
+
+
+def _walk_ranges(stmts, ranges):
+    """``(statement, loop ranges around it)`` for ``stmts`` and everything nested in them."""
+    for s in stmts:
+        yield s, ranges
+        inner = _ranges([s], ranges)
+        for block in child_blocks(s):
+            yield from _walk_ranges(block, inner)
 
 
 def _first_touch(prog):

@@ -428,6 +428,56 @@ def view_offsets(a: Ref, b: Ref):
     return out
 
 
+def loop_range(s):
+    """The least and the greatest value the variable of ``for`` loop ``s`` takes, each as
+    ``(expression, constant offset)`` (``(stop, -1)``: one below ``stop``), or None when the
+    step's sign is unknown or a bound reads what the loop writes."""
+    step = const_value(s.step)
+    if not step:
+        return None
+    written = {s.var} | {w.container for t in walk(s.body) for w in stmt_writes(t)}
+    if any(r.ref.container in written for e in (s.start, s.stop) for r in iter_reads(e)):
+        return None
+    return ((s.start, 0), (s.stop, -1)) if step > 0 else ((s.stop, 1), (s.start, 0))
+
+
+def _indices_differ(p, q, ranges):
+    """Whether integer expressions ``p`` and ``q`` provably differ, ``ranges`` giving the values
+    loop variables take (``loop_range``): ``j`` of ``range(0, i)`` is never ``i``."""
+    d = difference(p, q)
+    if d is not None:
+        return d != 0
+    for x, y in ((p, q), (q, p)):
+        base, k = split_offset(x)
+        bounds = ranges.get(base.ref.container) if isinstance(base, Read) and not base.ref.items else None
+        if bounds is None:
+            continue
+        (lo, klo), (hi, khi) = bounds
+        below, above = difference(hi, y), difference(lo, y)
+        if below is not None and below + khi + k < 0 or above is not None and above + klo + k > 0:
+            return True
+    return False
+
+
+def apart(a: Ref, b: Ref, ranges=None) -> bool:
+    """Whether views ``a`` and ``b`` of one container provably share no element: along some
+    axis they fix different positions, or one fixes a position outside the other's unit-step
+    slice. ``ranges`` maps loop variables to their ``loop_range``."""
+    ranges = ranges or {}
+    xs = [it for it in a.items if not isinstance(it, NewAxis)]
+    ys = [it for it in b.items if not isinstance(it, NewAxis)]
+    for x, y in zip(xs, ys):
+        if isinstance(x, Index) and isinstance(y, Index):
+            if _indices_differ(x.at, y.at, ranges):
+                return True
+        elif isinstance(x, Index) or isinstance(y, Index):
+            at, sl = (x.at, y) if isinstance(x, Index) else (y.at, x)
+            d, n = difference(at, sl.start), const_value(sl.size)
+            if const_value(sl.step) == 1 and d is not None and (d < 0 or n is not None and d >= n):
+                return True
+    return False
+
+
 def same_expr(a: Expr, b: Expr) -> bool:
     """Structural equality of expressions."""
     if a is b:
