@@ -276,7 +276,8 @@ def _machine_lines(results):
         f"- Machine: {m['cpu_model']}, {m['cpu_count']} CPUs ({m['cpu_affinity']} usable), {m['platform']}, "
         f"Python {m['python']}",
         f"- Versions: {versions}",
-        f"- Thread pools: {blas_text}; torch threads: {m['torch_threads']}",
+        f"- Thread pools: {blas_text}; torch threads: {m['torch_threads']}; "
+        f"flowgrad native (Numba) threads: {m.get('numba_threads')}",
         f"- Thread/BLAS environment variables: {env}",
         f"- 1-minute load average: {_load_text(results)} (on {m['cpu_count']} cores: above ~{m['cpu_count'] - 1} "
         "means other work shared the machine)" + _busy_warning(results),

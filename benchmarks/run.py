@@ -485,6 +485,14 @@ def _loadavg():
         return None
 
 
+def _numba_threads():
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.get_num_threads()
+
+
 def machine_info(torch):
     """CPU, versions and thread settings: everything a reader needs to weigh the numbers."""
     info = {
@@ -498,6 +506,7 @@ def machine_info(torch):
                                               "numba", "llvmlite", "threadpoolctl")},
         "thread_env": {v: os.environ.get(v) for v in THREAD_VARS},
         "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "numba_threads": _numba_threads(),
         "loadavg_1min_start": _loadavg(),
     }
     try:
@@ -610,6 +619,11 @@ def main(argv=None):
             print("error: --one-cpu needs os.sched_setaffinity (Linux)", file=sys.stderr)
             return 2
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        try:                      # the native backend's parallel loops: one thread on one CPU
+            import numba
+            numba.set_num_threads(1)
+        except ImportError:
+            pass
     cold_dir = None
     if ns.cold_cache:
         cold_dir = tempfile.mkdtemp(prefix="flowgrad-bench-cache-")

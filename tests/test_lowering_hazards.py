@@ -40,3 +40,26 @@ def test_adjacent_statements_keep_numpy_semantics(backend):
     args = (rng.uniform(-1, 1, 9), rng.uniform(-1, 1, 9))
     check_forward(fused_neighbours, args, backend)
     check_grad(fused_neighbours, args, ("u", "v"), backend=backend)
+
+
+def smoothing_steps(A, n_steps):
+    B = A * 0.0
+    for t in range(n_steps):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[:-2, 1:-1] + A[2:, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:])
+        A[1:-1, 1:-1] = np.tanh(B[1:-1, 1:-1]) * 0.5 + A[1:-1, 1:-1]   # its destination, element by element
+    A[:-1, :] = A[1:, :] * 0.5 + 0.1      # reads ahead of its in-place write: one thread only
+    A[1:, :] = A[:-1, :] * 0.9            # reads behind it: a temporary first
+    return np.sum(A * A) + np.sum(B * B)
+
+
+def test_large_nests_split_their_outer_loop_over_threads(backend):
+    A = np.random.default_rng(2).uniform(-1, 1, (190, 180))      # above the threshold for threads
+    check_forward(smoothing_steps, (A, 3), backend)
+    check_grad(smoothing_steps, (A, 3), ("A",), backend=backend)
+    if backend == "native":
+        import flowgrad
+        src = flowgrad.grad(smoothing_steps, wrt=("A",), backend=backend).source(A, 3)
+        assert src.startswith("import") and "@_jit_parallel" in src and "numba.prange(" in src
+        lines = src.splitlines()
+        k = next(i for i, ln in enumerate(lines) if "* 0.5) + 0.1)" in ln)       # the read-ahead
+        assert "prange" not in lines[k - 1] + lines[k - 2]

@@ -265,3 +265,22 @@ def test_two_operand_vector_math():
     check_grad(angles, args, ("y", "x"), backend=native)
     src = flowgrad.jit(angles, backend=native).source(*args)
     assert src.count("_rt.vector_math2(") == 1        # the large one; the small one stays inline
+
+
+def test_parallel_loops_numba_cannot_compile_run_on_one_thread():
+    import numba
+    from flowgrad.backends.native import Kernel
+
+    def parallel(x, _ws, _out):
+        raise numba.core.errors.LoweringError("an internal error of Numba's parallel passes")
+
+    def serial(x, _ws, _out):
+        return x * 2.0, ()
+    k = Kernel(parallel, (), (), serial=lambda: Kernel(serial, (), ()))
+    with pytest.warns(RuntimeWarning, match="parallel loops of parallel .*one thread"):
+        assert k(3.0) == 6.0
+    assert k(4.0) == 8.0
+    # an error of the program itself is not taken for a compiler failure
+    k = Kernel(lambda x, _ws, _out: 1.0 / x, (), (), serial=lambda: Kernel(serial, (), ()))
+    with pytest.raises(ZeroDivisionError):
+        k(0.0)

@@ -14,6 +14,12 @@ warnings.filterwarnings("ignore", message="Code running in object mode won't all
 
 _jit = numba.njit(cache=True, nogil=True)
 
+# Generated functions with ``prange`` loops compile with these options: the loops written as
+# ``prange`` run over threads, and nothing else is turned into parallel code (a parallel region
+# for each small tape copy in a time loop would cost more than the copy).
+PRANGE = {"prange": True, "comprehension": False, "numpy": False, "reduction": False, "setitem": False,
+          "stencil": False, "fusion": False, "inplace_binop": False}
+
 
 # madvise(2) from the C library, declared by symbol so that callers stay cacheable on disk
 _MADVISE = (numba.types.ExternalFunction("madvise", numba.types.intc(numba.types.uintp, numba.types.uintp,
