@@ -1,4 +1,6 @@
 """Hazards of lowering array statements to loop nests (run on every backend)."""
+import warnings
+
 import numpy as np
 
 from oracle import check_forward, check_grad
@@ -63,3 +65,17 @@ def test_large_nests_split_their_outer_loop_over_threads(backend):
         lines = src.splitlines()
         k = next(i for i, ln in enumerate(lines) if "* 0.5) + 0.1)" in ln)       # the read-ahead
         assert "prange" not in lines[k - 1] + lines[k - 2]
+
+
+def names_like_numba_versions(x):
+    x_1 = np.tanh(x)                 # Numba calls the second version of the copied x "x_1" too
+    x[1:-1, 1:-1] = x_1[1:-1, 1:-1] * x[1:-1, 1:-1]
+    return np.sum(x * x)
+
+
+def test_parallel_loops_compile_whatever_the_names(backend):
+    A = np.random.default_rng(5).uniform(-1, 1, (200, 180))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)     # no fallback to one thread
+        check_forward(names_like_numba_versions, (A,), backend)
+        check_grad(names_like_numba_versions, (A,), ("x",), backend=backend)

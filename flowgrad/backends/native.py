@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import warnings
 
@@ -876,6 +877,13 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
         low.line(f"{t.name}_top = 0", ind)
 
 
+# Numba's parallel passes rename the versions of a variable bound more than once (``x`` ->
+# ``x.1``) to ``x_1`` and fail when that is another variable's name ("key already in
+# dictionary"); in functions with parallel loops, names ending in ``_<digits>`` get a trailing
+# underscore so that none can be such a renamed version.
+_PARALLEL_SAFE_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*_\d+)\b")
+
+
 def _finish(low, name, entry, returns):
     """Insert the scratch bindings at ``entry``, return ``returns`` and the workspace, and
     declare the workspace's buffer types for the caller (``WORKSPACE_<name>``) and the
@@ -883,6 +891,7 @@ def _finish(low, name, entry, returns):
     low.lines[entry:entry] = ["    " + a for a in low.scratch]
     if low.parallel:
         low.lines[0] = "@_jit_parallel"
+        low.lines = [_PARALLEL_SAFE_NAME.sub(r"\1_", line) for line in low.lines]
     ws = "".join(var + ", " for _, _, var in low.workspace)
     low.line(f"return {returns}, ({ws})", 1)
     types = tuple((dt, nd) for dt, nd, _ in low.workspace)
