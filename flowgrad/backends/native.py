@@ -889,11 +889,11 @@ def _finish(low, name, entry, returns):
     declare the workspace's buffer types for the caller (``WORKSPACE_<name>``) and the
     fixed-shape arrays it hands over (``OUTPUTS_<name>``: type and position of each)."""
     low.lines[entry:entry] = ["    " + a for a in low.scratch]
+    ws = "".join(var + ", " for _, _, var in low.workspace)
+    low.line(f"return {returns}, ({ws})", 1)
     if low.parallel:
         low.lines[0] = "@_jit_parallel"
         low.lines = [_PARALLEL_SAFE_NAME.sub(r"\1_", line) for line in low.lines]
-    ws = "".join(var + ", " for _, _, var in low.workspace)
-    low.line(f"return {returns}, ({ws})", 1)
     types = tuple((dt, nd) for dt, nd, _ in low.workspace)
     return (HEADER + "\n".join(low.lines) + f"\n\n\nWORKSPACE_{name} = {types!r}\n"
             f"OUTPUTS_{name} = {tuple(low.outputs)!r}\n")
