@@ -46,7 +46,7 @@ SCRATCH = HERE / "results"
 # OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for one command).
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
                "NUMBA_THREADING_LAYER", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "XLA_FLAGS",
-               "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
+               "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "FLOWGRAD_PARALLEL")
 
 # Agreement between systems at bench size (scaled max error, see ``max_error``): above this
 # the report lists the kernel. ``--check`` (test size) uses the stricter tolerances below.

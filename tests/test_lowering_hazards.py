@@ -54,7 +54,8 @@ def smoothing_steps(A, n_steps):
     return np.sum(A * A) + np.sum(B * B)
 
 
-def test_large_nests_split_their_outer_loop_over_threads(backend):
+def test_large_nests_split_their_outer_loop_over_threads(backend, monkeypatch):
+    monkeypatch.setenv("FLOWGRAD_PARALLEL", "1")
     A = np.random.default_rng(2).uniform(-1, 1, (190, 180))      # above the threshold for threads
     check_forward(smoothing_steps, (A, 3), backend)
     check_grad(smoothing_steps, (A, 3), ("A",), backend=backend)
@@ -65,6 +66,8 @@ def test_large_nests_split_their_outer_loop_over_threads(backend):
         lines = src.splitlines()
         k = next(i for i, ln in enumerate(lines) if "* 0.5) + 0.1)" in ln)       # the read-ahead
         assert "prange" not in lines[k - 1] + lines[k - 2]
+        monkeypatch.delenv("FLOWGRAD_PARALLEL")                                  # one thread by default
+        assert "prange" not in flowgrad.grad(smoothing_steps, wrt=("A",), backend=backend).source(A, 3)
 
 
 def names_like_numba_versions(x):
@@ -73,9 +76,13 @@ def names_like_numba_versions(x):
     return np.sum(x * x)
 
 
-def test_parallel_loops_compile_whatever_the_names(backend):
+def test_parallel_loops_compile_whatever_the_names(backend, monkeypatch):
+    monkeypatch.setenv("FLOWGRAD_PARALLEL", "1")
     A = np.random.default_rng(5).uniform(-1, 1, (200, 180))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)     # no fallback to one thread
         check_forward(names_like_numba_versions, (A,), backend)
         check_grad(names_like_numba_versions, (A,), ("x",), backend=backend)
+    if backend == "native":
+        import flowgrad
+        assert "numba.prange(" in flowgrad.jit(names_like_numba_versions, backend=backend).source(A)

@@ -71,6 +71,7 @@ class Lowering:
         self.nesting = 0            # loops and branches around the statement being lowered
         self.once = {}              # values computed by statements that run once per call (see nn_ops)
         self.parallel = False       # whether some loop nest runs its outer loop over threads
+        self.threads = os.environ.get("FLOWGRAD_PARALLEL", "") not in ("", "0")    # see ``splits``
 
     # ------------------------------------------------------------ helpers
 
@@ -284,15 +285,18 @@ class Lowering:
 
     def splits(self, shape, pairs=()):
         """Whether a nest over ``shape`` assigning ``pairs`` (``(destination, expression)``)
-        may run its outer loop over threads. Measured with Numba's ``prange`` on the outer loop
-        of a 2-D stencil: 1.75x on two threads, on par on one; a 1-D loop split into chunks does
-        not vectorise and ran 3x slower, so nests of one axis stay serial. Safe when every
+        may run its outer loop over threads (only with ``FLOWGRAD_PARALLEL=1``: on the 2-CPU
+        machine measured, stencil kernels gained 1.7-2x, but a gradient with one such loop among
+        BLAS and vectorised-math calls ran 10-80% slower and erratic on two threads, and 25x
+        slower under ``OMP_WAIT_POLICY=passive``). Measured with Numba's ``prange`` on the outer
+        loop of a 2-D stencil: 1.75x on two threads, on par on one; a 1-D loop split into chunks
+        does not vectorise and ran 3x slower, so nests of one axis stay serial. Safe when every
         iteration writes its own elements (each destination is a view: distinct positions,
         distinct elements) and reads nothing another iteration writes: a written container is
         read only at the element being written. Reductions never join a split nest (their
         accumulator would be shared), nor do reads ahead of an in-place write."""
         sizes = [const_value(d) for d in shape]
-        if len(sizes) < 2 or None in sizes or sizes[0] < 2 or int(np.prod(sizes)) < self.PARALLEL_MIN:
+        if not self.threads or len(sizes) < 2 or None in sizes or sizes[0] < 2 or int(np.prod(sizes)) < self.PARALLEL_MIN:
             return False
         for dst, _ in pairs:
             for other, e in pairs:
