@@ -296,7 +296,8 @@ class Lowering:
         read only at the element being written. Reductions never join a split nest (their
         accumulator would be shared), nor do reads ahead of an in-place write."""
         sizes = [const_value(d) for d in shape]
-        if not self.threads or len(sizes) < 2 or None in sizes or sizes[0] < 2 or int(np.prod(sizes)) < self.PARALLEL_MIN:
+        if not self.threads or len(sizes) < 2 or None in sizes or sizes[0] < 2 or \
+                int(np.prod(sizes)) < self.PARALLEL_MIN:
             return False
         for dst, _ in pairs:
             for other, e in pairs:
