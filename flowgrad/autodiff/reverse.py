@@ -339,7 +339,7 @@ def _overwritten_before_read(r, path, replayed):
     def scan(seq, state, ranges):
         for st in seq:
             if isinstance(st, _Restore):
-                if st.ref.container is x and not state["moved"] and same_ref(st.ref, r.ref):
+                if st.ref.container is x and (st.ref.is_whole() or not state["moved"] and same_ref(st.ref, r.ref)):
                     return True
                 if st.ref.container in index_deps:
                     state["moved"] = True
