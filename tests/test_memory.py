@@ -157,3 +157,28 @@ def test_thousand_step_binomial_memory_is_logarithmic():
     assert peak < store_all_tape / 10
     assert peak <= plan.peak, (peak, plan.peak)
     assert plan.loops[0][0].state_bytes * (c + 1) <= 12 * 2 * state
+
+
+def backward_induction(v, p, steps):
+    for i in range(steps - 1, -1, -1):
+        v[:i + 1] = np.sin(p * v[1:i + 2] + (1.0 - p) * v[:i + 1])    # the slice shrinks each step
+    return v[0]
+
+
+def test_a_loop_whose_tape_shrinks_is_planned(backend):
+    rng = np.random.default_rng(5)
+    steps = 60
+    args = (rng.uniform(-1, 1, steps + 1), 0.3, steps)
+    store = flowgrad.explain(backward_induction, *args, wrt=("v", "p"), backend=backend)
+    cand = store.loops[0][0]
+    # the tape of v[:i + 1] holds i + 1 values: 8 * (1 + ... + steps) bytes in all, the largest 8 * steps
+    assert cand.trips * cand.iter_bytes == pytest.approx(8 * steps * (steps + 1) / 2, rel=0.05)
+    assert cand.most_bytes == 8 * steps
+    budget = (store.store_all_peak + store.min_peak) // 2
+    g = flowgrad.grad(backward_induction, wrt=("v", "p"), backend=backend, memory_budget=budget)
+    plan = g.planned(args)[2]
+    assert plan.loops[0][1] != S.STORE_ALL and plan.peak <= budget, str(plan)
+    ref = flowgrad.grad(backward_induction, wrt=("v", "p"), backend=backend)(*args)
+    for got, want in zip(g(*args), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    check_grad(backward_induction, args, ("v", "p"), backend=backend)

@@ -16,7 +16,7 @@ from ..errors import UnsupportedError
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program, Push,
                        Slice,
                        broadcast_shapes,
-                       Read, Ref, While, apart, child_blocks, const_value, data_reads, is_float, iter_reads,
+                       Read, Ref, While, apart, child_blocks, const_value, data_reads, is_cheap, is_float, iter_reads,
                        loop_range, same_expr, scalar, map_blocks, stmt_reads, stmt_writes, walk, I64, same_ref)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
@@ -324,6 +324,101 @@ def _needed_restores(prog, backward, replayed):
     return needed
 
 
+# Calls that only move data: as cheap to run again as to copy back from a tape.
+_MOVES = frozenset({"gather", "gather_last"})
+
+
+def _replay_definitions(prog, backward):
+    """Recompute cheap loop-local values in the backward sweep instead of taping them.
+
+    A statement ``S`` that is a direct child of a ``for`` body and defines a container ``c``
+    afresh (a whole assignment of cheap element operations, or a gather) is re-run at the top of
+    that loop's reversed body, and its restore is dropped, when
+
+    - ``S`` is the only write of ``c``, and every read of ``c`` comes after ``S`` in the same
+      iteration (so no one needs ``c``'s value from an earlier iteration or from outside);
+    - nothing after ``S`` in the body writes what ``S`` reads (so at the top of the reversed
+      body those values are the ones ``S`` saw);
+    - what ``S`` reads is never written, is itself replayed, or is read by the backward sweep
+      anyway: replaying must not make values needed that no tape held before.
+
+    spmv_csr's ``start = indptr[i]``, ``idx = indices[start:end]`` and ``gather = x[idx]``
+    are recomputed per row instead of pushed and popped per row.
+    """
+    written = {}
+    for t in walk(prog.body):
+        for w in stmt_writes(t):
+            written[w.container] = written.get(w.container, 0) + 1
+    backward_reads = {r.ref.container for t in walk(backward) if not isinstance(t, _Restore)
+                      for r in stmt_reads(t)}
+    replays, dropped = {}, set()
+    for loop in walk(prog.body):
+        if isinstance(loop, For):
+            chosen = _replays_in(loop, prog, written, backward_reads)
+            if chosen:
+                replays[loop.var] = chosen
+                dropped |= {id(t) for t in chosen}
+    if not replays:
+        return backward
+
+    def rebuild(stmts):
+        out = []
+        for t in stmts:
+            if isinstance(t, _Restore):
+                if id(t.stmt) not in dropped:
+                    out.append(t)
+            elif isinstance(t, For):
+                body = rebuild(t.body)
+                out.append(For(t.var, t.start, t.stop, t.step, list(replays.get(t.var, ())) + body,
+                               t.reverse, t.loc))
+            else:
+                out.append(map_blocks(t, rebuild))
+        return out
+
+    return rebuild(backward)
+
+
+def _replays_in(loop, prog, written, backward_reads):
+    """The statements of ``loop``'s body to replay (see ``_replay_definitions``), in body order."""
+    body = loop.body
+    later_writes = [set() for _ in body]
+    seen = set()
+    for k in range(len(body) - 1, -1, -1):
+        later_writes[k] = set(seen)
+        seen |= {w.container for t in walk([body[k]]) for w in stmt_writes(t)}
+    chosen = []
+    for k, st in enumerate(body):
+        c = _fresh_definition(st)
+        if c is None or c.kind != "transient" or c in prog.results or written.get(c) != 1:
+            continue
+        deps = {r.ref.container for r in stmt_reads(st)}
+        if c in deps or deps & (later_writes[k] | {c}):
+            continue
+        if not all(d is loop.var or d in backward_reads or not written.get(d) or
+                   any(_fresh_definition(t) is d for t in chosen) for d in deps):
+            continue
+        outside = [t for t in walk(prog.body) if t is not loop and not _within(t, loop)]
+        if any(r.ref.container is c for t in outside for r in stmt_reads(t)):
+            continue
+        if any(r.ref.container is c for t in walk(body[:k + 1]) for r in stmt_reads(t)):
+            continue
+        chosen.append(st)
+    return chosen
+
+
+def _within(t, loop):
+    return any(u is t for u in walk(loop.body))
+
+
+def _fresh_definition(st):
+    """The container ``st`` defines afresh with cheap work, or None."""
+    if isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and is_cheap(st.expr):
+        return st.dst.container
+    if isinstance(st, Call) and st.op in _MOVES and len(st.outputs) == 1:
+        return st.outputs[0]
+    return None
+
+
 def _overwritten_before_read(r, path, replayed):
     """Whether, on every way the backward sweep can continue after restore ``r``, the same
     region is restored again before anything reads its container (so ``r`` is not needed)."""
@@ -517,6 +612,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     if result in b.grads:
         top.append(Assign(Ref(b.grads[result]), Read(Ref(cotangent))))
     backward = _fold_zero_inits(_sink_zero_inits(top + backward))
+    backward = _replay_definitions(prog, backward)
     replayed = {loop.var.name: loop.body for loop in prog.body
                 if isinstance(loop, For) and (loop_plan or {}).get(loop.var.name, (STORE_ALL,))[0] != STORE_ALL}
     needed = _needed_restores(prog, backward, replayed)

@@ -301,7 +301,9 @@ CALLS = {
     "argmax": CallRule(lambda i, a: f"np.argmax({i[0]}, axis={a['axis']!r})", doc="index of maximum"),
     "argmin": CallRule(lambda i, a: f"np.argmin({i[0]}, axis={a['axis']!r})", doc="index of minimum"),
     "matmul": CallRule(lambda i, a: f"np.matmul({i[0]}, {i[1]})", _vjp_matmul,
-                       flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
+                       # a vector on the right (``A @ x``, ``u @ v``) makes no output column
+                       flops=lambda c, size: 2 * size(c.inputs[0].shape) *
+                       (size(c.inputs[1].shape[-1:]) if len(c.inputs[1].shape) > 1 else 1),
                        doc="matrix product (BLAS)"),
     "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})",
                                flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),

@@ -76,8 +76,9 @@ def nbytes(c, env):
     return n
 
 
-def stmt_flops(s, env, loop_env=None):
-    """Floating-point operations of one execution of a statement (nested loops multiplied out)."""
+def stmt_flops(s, env, strict=False):
+    """Floating-point operations of one execution of a statement (nested loops multiplied out).
+    A size not known from ``env`` counts as 1, or raises ``_Unknown`` when ``strict``."""
     from ..autodiff.rules import CALLS, ELEMENTWISE_FLOPS
 
     def size(shape):
@@ -86,7 +87,8 @@ def stmt_flops(s, env, loop_env=None):
             try:
                 n *= evaluate(d, env)
             except _Unknown:
-                n *= 1
+                if strict:
+                    raise
         return n
 
     if isinstance(s, Assign):
@@ -98,12 +100,14 @@ def stmt_flops(s, env, loop_env=None):
         try:
             trips = len(range(evaluate(s.start, env), evaluate(s.stop, env), evaluate(s.step, env)))
         except _Unknown:
+            if strict:
+                raise
             trips = 1
-        return trips * sum(stmt_flops(t, env) for t in s.body)
+        return trips * sum(stmt_flops(t, env, strict) for t in s.body)
     if isinstance(s, If):
-        return max(sum(stmt_flops(t, env) for t in s.then), sum(stmt_flops(t, env) for t in s.orelse))
+        return max(sum(stmt_flops(t, env, strict) for t in s.then), sum(stmt_flops(t, env, strict) for t in s.orelse))
     if isinstance(s, While):
-        return sum(stmt_flops(t, env) for t in s.body)
+        return sum(stmt_flops(t, env, strict) for t in s.body)
     return 0
 
 
@@ -115,9 +119,10 @@ def _ops(e):
 
 
 class LoopCandidate:
-    def __init__(self, loop, trips, iter_bytes, state_bytes, iter_flops, reason=None):
+    def __init__(self, loop, trips, iter_bytes, state_bytes, iter_flops, reason=None, most_bytes=None):
         self.loop, self.trips = loop, trips
         self.iter_bytes, self.state_bytes, self.iter_flops = iter_bytes, state_bytes, iter_flops
+        self.most_bytes = iter_bytes if most_bytes is None else most_bytes   # the largest iteration's tape
         self.reason = reason
 
     @property
@@ -126,7 +131,7 @@ class LoopCandidate:
 
     def options(self):
         """(kind, param, memory while reversing, memory held from the loop on, extra FLOPs)."""
-        T, B, Sb, C = self.trips, self.iter_bytes, self.state_bytes, self.iter_flops
+        T, B, Sb, C, most = self.trips, self.iter_bytes, self.state_bytes, self.iter_flops, self.most_bytes
         opts = [(S.STORE_ALL, 0, T * B, T * B, 0)]
         if self.reason is not None or T < 2:
             return opts
@@ -136,11 +141,11 @@ class LoopCandidate:
             slots = S.periodic_slots(T, k)
             adv = T - (T - (slots - 1) * k)
             sched = S.schedule_bytes(T, slots)
-            opts.append((S.PERIODIC, k, slots * Sb + k * B + sched, slots * Sb, (adv + T) * C))
+            opts.append((S.PERIODIC, k, slots * Sb + min(k * most, T * B) + sched, slots * Sb, (adv + T) * C))
         for c in range(1, min(T, 40)):
             adv = S.revolve_formula(T, c)
             sched = S.schedule_bytes(T, c + 1)
-            opts.append((S.BINOMIAL, c, (c + 1) * Sb + B + sched, (c + 1) * Sb, (adv + T) * C))
+            opts.append((S.BINOMIAL, c, (c + 1) * Sb + most + sched, (c + 1) * Sb, (adv + T) * C))
             if S.binomial_slots(T, c) >= T:
                 break
         return opts
@@ -253,18 +258,23 @@ def plan_program(prog, gp, env, budget, strategy):
         except _Unknown:
             plan.notes.append(f"loop over {loop.var.name}: trip count not known from the arguments; stored")
             continue
-        iter_bytes = 0
-        for push in pushes_by_var.get(loop.var.name, []):
-            try:
+        pushes = pushes_by_var.get(loop.var.name, [])
+
+        def tape_bytes(env):
+            total = 0
+            for push in pushes:
                 n = push.ref.container.dtype.itemsize
                 for d in push.ref.shape:
                     n *= evaluate(d, env)
-                iter_bytes += n * _multiplicity(loop, push, env)
-            except _Unknown:
-                plan.notes.append(f"loop over {loop.var.name}: tape size not known; stored")
-                iter_bytes = None
-                break
-        if iter_bytes is None or iter_bytes == 0:
+                total += n * _multiplicity(loop, push, env)
+            return total
+
+        try:
+            iter_bytes, most_bytes = _over_iterations(loop, env, tape_bytes)
+        except _Unknown:
+            plan.notes.append(f"loop over {loop.var.name}: tape size not known; stored")
+            continue
+        if iter_bytes == 0:
             continue
         rest = [s for s in prog.body if s is not loop]
         state = loop_ckpt.state_containers(loop, rest)
@@ -273,8 +283,11 @@ def plan_program(prog, gp, env, budget, strategy):
             state_bytes = sum(nbytes(c, env) for c in state)
         except _Unknown:
             state_bytes, reason = 0, reason or "state size not known"
-        flops = sum(stmt_flops(s, env) for s in loop.body)
-        cands.append(LoopCandidate(loop, trips, iter_bytes, state_bytes, flops, reason))
+        try:
+            flops, _ = _over_iterations(loop, env, lambda env: sum(stmt_flops(s, env, True) for s in loop.body))
+        except _Unknown:
+            flops = sum(stmt_flops(s, env) for s in loop.body)
+        cands.append(LoopCandidate(loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
     base = _base_bytes(gp, env, cands)
     plan.base = base
     groups = [[(o[2], o[4]) for o in c.options()] for c in cands]
@@ -291,6 +304,23 @@ def plan_program(prog, gp, env, budget, strategy):
         plan.loops.append((cand, kind, param, mem, flops))
     plan.peak = base + sum(m for _, _, _, m, _ in plan.loops)
     return plan
+
+
+def _over_iterations(loop, env, fn, samples=64):
+    """The mean and the largest value of ``fn(env)`` over the iterations of ``loop``: ``env``
+    binds the loop variable where ``fn`` depends on it (a tape of ``V[:i + 1]``), evaluated at up
+    to ``samples`` evenly spaced iterations."""
+    try:
+        value = fn(env)
+        return value, value
+    except _Unknown:
+        pass
+    values = range(evaluate(loop.start, env), evaluate(loop.stop, env), evaluate(loop.step, env))
+    if not values:
+        return 0, 0
+    picks = sorted({values[round(j * (len(values) - 1) / max(1, samples - 1))] for j in range(samples)})
+    got = [fn({**env, loop.var: v}) for v in picks]
+    return sum(got) / len(got), max(got)
 
 
 def _logarithmic(cand):
