@@ -22,6 +22,7 @@ from .passes.fuse import fuse_temporaries
 from .passes.copies import propagate_copies
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
+from .passes.take import fuse_gathers
 from .ir.core import I64, Const, Container, Program
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
@@ -80,6 +81,7 @@ class _Compiled:
         self.kernel = None          # native: the compiled function with its workspace
         if mode == "forward":
             if backend == "native":
+                self.prog.body = _pass("take", lambda b: fuse_gathers(b)[0], self.prog.body, containers)
                 self.src = native_backend.emit_forward(self.prog)
                 self.func = self.kernel = native_backend.compile_source(self.src, name)
             else:
@@ -116,6 +118,9 @@ class _Compiled:
         gp.backward = _pass("share", lambda b: share_factorizations(gp.forward, b), backward, gp.containers)
         verify(gp.forward + gp.backward, gp.containers)
         if backend == "native":
+            forward = _pass("take", lambda b: fuse_gathers(b, gp.backward)[0], gp.forward, gp.containers)
+            gp.backward = _pass("take", lambda b: fuse_gathers(gp.forward, b)[1], gp.backward, gp.containers)
+            gp.forward = forward
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
             self.func = _native_vjp(self.kernel, self.gp.cotangent, self.wrt)

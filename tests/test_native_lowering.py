@@ -284,3 +284,45 @@ def test_parallel_loops_numba_cannot_compile_run_on_one_thread():
     k = Kernel(lambda x, _ws, _out: 1.0 / x, (), (), serial=lambda: Kernel(serial, (), ()))
     with pytest.raises(ZeroDivisionError):
         k(0.0)
+
+
+def csr_rows(indptr, indices, data, x):
+    n = indptr.shape[0] - 1
+    y = np.zeros(n)
+    for i in range(n):
+        start = indptr[i]
+        end = indptr[i + 1]
+        y[i] = data[start:end] @ x[indices[start:end]]
+    return np.sum(np.tanh(y))
+
+
+def pairs_and_reuse(A, r, c, w):
+    picked = A[r, c]                         # one consumer: read where it is used
+    twice = A[c, r]                          # two consumers: stays a gather into a temporary
+    return np.sum(picked * w) + np.sum(twice * twice) + np.sum(twice)
+
+
+def test_gathers_are_read_where_their_one_consumer_uses_them():
+    rng = np.random.default_rng(6)
+    n = 7
+    counts = rng.integers(0, 4, n)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = np.concatenate([rng.choice(n, k, replace=False) for k in counts]).astype(np.int64)
+    args = (indptr, indices, rng.standard_normal(indptr[-1]), rng.standard_normal(n))
+    check_forward(csr_rows, args, native)
+    check_grad(csr_rows, args, ("data", "x"), backend=native)
+    g = flowgrad.grad(csr_rows, wrt=("data", "x"), backend=native)
+    forward, backward = g.ir(*args).split("# backward")
+    # the row's index slice and gather are no arrays of their own: the dot loads x[indices[k]]
+    assert "take(x, indices[" in forward and "gather(" not in forward and "idx =" not in forward, forward
+    assert "take(x, indices[" in backward and "gather(" not in backward, backward
+    loop = g.source(*args).split("for i in range")[1].split("for ")[1]
+    assert "np.empty" not in loop
+    # two index arrays, negative positions; a gather read twice stays one
+    A = rng.standard_normal((5, 5))
+    r, c = np.array([0, -1, 2, 4]), np.array([3, 0, -2, 1])
+    args = (A, r, c, rng.standard_normal(4))
+    check_forward(pairs_and_reuse, args, native)
+    check_grad(pairs_and_reuse, args, ("A", "w"), backend=native)
+    forward = flowgrad.jit(pairs_and_reuse, backend=native).ir(*args)
+    assert forward.count("take(A, r, c)") == 1 and forward.count("gather(A, c, r") == 1, forward

@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read,
+from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take,
                        DISJOINT, Ref, Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr,
                        same_ref, stmt_reads, stmt_writes, view_offsets, walk)
 from ..ir.printer import expr_text
@@ -37,6 +37,10 @@ _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", 
 
 
 _VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) costs more than it saves
+
+
+def _takes(e):
+    return isinstance(e, Take) or isinstance(e, Op) and any(_takes(a) for a in e.args)
 
 
 def _costly(e):
@@ -95,6 +99,10 @@ class Lowering:
             return repr(v)
         if isinstance(e, Read):
             return self.read(e.ref, idx, space)
+        if isinstance(e, Take):
+            at = [f"_rt.wrap({self.elem(i, idx, space)}, {self.src(d)})"
+                  for i, d in zip(e.index, e.source.container.shape)]
+            return f"{e.source.container.name}[{', '.join(at)}]"
         if isinstance(e, Op):
             args = [self.elem(a, idx, space) for a in e.args]
             if any(not isinstance(a, Const) and a.dtype == np.float32 for a in e.args):
@@ -462,6 +470,8 @@ class Lowering:
         broadcast along all of them (trailing new axes). A (64, 32, 8, 8) nest then runs as
         (64, 32, 64): the short innermost loops cost more than their work (measured 6x on such a
         batch-norm pass). Returns the rewritten pairs and space."""
+        if any(_takes(e) for _, e in pairs):
+            return pairs, space            # a take's positions are not those of its source
         refs = [r for dst, e in pairs for r in ([dst] if dst is not None else []) + [x.ref for x in iter_reads(e)]]
         refs = [r for r in refs if r.container.ndim]
         for k in range(len(space), 1, -1):

@@ -212,6 +212,24 @@ class Op(Expr):
         self.shape = shape
 
 
+class Take(Expr):
+    """Elements of a whole container at positions read from integer arrays (NumPy's ``x[i, j]``
+    with index arrays ``i``, ``j`` broadcast to one shape): element ``p`` is
+    ``source[index[0][p], index[1][p], ...]``, a negative position counting from the end.
+
+    Made only by ``passes.take`` just before native lowering, from a gather whose one consumer
+    reads it element by element; the autodiff and the other passes never see it.
+    """
+
+    __slots__ = ("source", "index", "dtype", "shape")
+
+    def __init__(self, source: Ref, index):
+        self.source = source
+        self.index = tuple(index)
+        self.dtype = source.container.dtype
+        self.shape = broadcast_shapes(*[i.shape for i in self.index])
+
+
 # name -> (arity, result kind): 'same' numeric promotion, 'float' promotes ints to float64,
 # 'bool' comparison/logic, 'cast' takes the dtype from attrs.
 ELEMENTWISE = {
@@ -491,6 +509,9 @@ def same_expr(a: Expr, b: Expr) -> bool:
     if isinstance(a, Op):
         return a.name == b.name and len(a.args) == len(b.args) and all(
             same_expr(x, y) for x, y in zip(a.args, b.args))
+    if isinstance(a, Take):
+        return same_ref(a.source, b.source) and len(a.index) == len(b.index) and all(
+            same_expr(x, y) for x, y in zip(a.index, b.index))
     return False
 
 
@@ -517,6 +538,10 @@ def iter_reads(e: Expr):
     elif isinstance(e, Op):
         for a in e.args:
             yield from iter_reads(a)
+    elif isinstance(e, Take):
+        yield Read(e.source)
+        for a in e.index:
+            yield from iter_reads(a)
 
 
 def data_reads(e: Expr):
@@ -529,6 +554,8 @@ def data_reads(e: Expr):
         args = e.args[1:] if e.name == "where" else e.args
         for a in args:
             yield from data_reads(a)
+    elif isinstance(e, Take):
+        yield Read(e.source)
 
 
 def scalar(container: Container) -> Read:

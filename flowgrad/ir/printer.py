@@ -1,7 +1,7 @@
 """Readable text form of the IR (``str(program)``)."""
 from __future__ import annotations
 
-from .core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, While,
+from .core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, Take, While,
                    const_value)
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
@@ -20,6 +20,8 @@ def expr_text(e) -> str:
         if e.name == "negative":
             return f"-{expr_text(e.args[0])}"
         return f"{e.name}({', '.join(expr_text(a) for a in e.args)})"
+    if isinstance(e, Take):
+        return f"take({ref_text(e.source)}, {', '.join(expr_text(i) for i in e.index)})"
     return repr(e)
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .core import (ELEMENTWISE, Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read,
-                   Slice, While, broadcast_shapes, const_value, walk)
+                   Slice, Take, While, broadcast_shapes, const_value, walk)
 
 
 class IRError(AssertionError):
@@ -45,6 +45,15 @@ def verify(body, containers) -> None:
                 raise IRError(f"{where}: unknown primitive {e.name}")
             for a in e.args:
                 expr(a, where)
+        elif isinstance(e, Take):
+            ref(e.source, where)
+            if not e.source.is_whole() or len(e.index) != e.source.container.ndim:
+                raise IRError(f"{where}: take from {e.source.container.name} needs the whole container "
+                              "and one index per dimension")
+            for i in e.index:
+                expr(i, where)
+                if i.dtype.kind not in "iu":
+                    raise IRError(f"{where}: take from {e.source.container.name} with a non-integer index")
         elif not isinstance(e, Const):
             raise IRError(f"{where}: not an expression: {e!r}")
 
