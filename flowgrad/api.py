@@ -108,6 +108,7 @@ class _Compiled:
             live.update(found)
             return out
         gp.backward = _pass("dce", backward_dce, backward, gp.containers)
+        gp.backward = _pass("fuse", lambda b: fuse_temporaries(b, protected=outputs), gp.backward, gp.containers)
         gp.forward = _pass("dce", lambda b: eliminate_dead(b, live)[0], gp.forward, gp.containers)
         before = set(gp.containers)
         gp.forward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.forward,

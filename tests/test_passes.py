@@ -240,6 +240,8 @@ def test_cheap_loop_local_values_are_recomputed_not_taped(backend):
     # the row bounds, the index slice and the gather run again per reversed row; nothing is pushed
     assert not [ln for ln in forward.splitlines() if ln.strip().startswith("push")], forward
     assert backward.count("gather(") + backward.count("take(x") == 1      # native: read in place
+    # the gather's adjoint scatters g_matmul * data[start:end] directly, before g_matmul is cleared
+    assert "g_gather" not in backward and "add_at((g_matmul * data[" in backward, backward
     # where a later statement of the row overwrites what the gather read, its values are taped
     check_grad(csr_rows_scaling_x, args, ("data", "x"), backend=backend)
     ir = flowgrad.grad(csr_rows_scaling_x, wrt=("data", "x"), backend=backend).ir(*args)

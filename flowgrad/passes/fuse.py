@@ -4,15 +4,19 @@ Needs: a captured forward program. Changes: an array ``T = e`` written once (who
 accumulated) and read exactly once, as a whole, by a later statement ``U`` of the same block is
 removed and ``e`` is substituted into ``U`` — provided nothing between them writes what ``e``
 reads, and ``U`` visits each element of ``T`` once (an elementwise assignment of T's shape, or
-a reduction). NumPy would materialise ``T``; the native backend then evaluates ``e`` inside
-``U``'s loop nest instead, so one array and one pass over memory disappear.
+a reduction, or the values of a scatter-add). NumPy would materialise ``T``; the native backend
+then evaluates ``e`` inside ``U``'s loop nest instead, so one array and one pass over memory
+disappear. When a statement between them writes what ``e`` reads (an adjoint's ``g_s = 0``
+after ``T = g_s * a``) and touches nothing else ``U`` reads or writes, ``U`` moves up to ``T``'s place.
+
+Runs on the captured forward program, and on the backward sweep after dead-code removal.
 """
 from __future__ import annotations
 
 from ..ir.core import (Assign, Call, Op, Read, is_cheap, iter_reads, map_blocks, op, same_expr, stmt_reads,
                        stmt_writes, walk)
 
-_ELEMENT_ONCE = {"sum", "prod", "max", "min", "sum_to"}
+_ELEMENT_ONCE = {"sum", "prod", "max", "min", "sum_to", "add_at"}
 
 
 def fuse_temporaries(body, protected=()):
@@ -48,26 +52,39 @@ def fuse_temporaries(body, protected=()):
                 k += 1
                 continue
             deps = {r.ref.container for r in iter_reads(out[k].expr)}
-            use = None
+            use, moved = None, False
             for j in range(k + 1, len(out)):
                 t = out[j]
                 if any(r.ref.container is c for u in walk([t]) for r in stmt_reads(u)):
                     use = j
                     break
                 if any(w.container in deps for u in walk([t]) for w in stmt_writes(u)):
-                    break
-            if use is None:
+                    moved = True
+            fused = None if use is None else _substitute(out[use], c, out[k].expr)
+            if fused is None or moved and not all(_passes(out[use], c, out[j]) for j in range(k + 1, use)):
                 k += 1
                 continue
-            fused = _substitute(out[use], c, out[k].expr)
-            if fused is None:
-                k += 1
-                continue
-            out[use] = fused
-            del out[k]
+            if moved:
+                # what lies between changes what ``e`` reads but not what the user touches: the
+                # user runs where ``T`` was computed (an adjoint's ``g_s = 0`` after ``T = g_s * a``)
+                out[k] = fused
+                del out[use]
+            else:
+                out[use] = fused
+                del out[k]
         return out
 
     return block(body)
+
+
+def _passes(u, c, t):
+    """Whether user ``u`` may run before statement ``t`` once it computes ``c``'s value itself:
+    ``t`` writes nothing else ``u`` reads and touches nothing ``u`` writes."""
+    u_reads = {r.ref.container for v in walk([u]) for r in stmt_reads(v)} - {c}
+    u_writes = {w.container for v in walk([u]) for w in stmt_writes(v)}
+    t_reads = {r.ref.container for v in walk([t]) for r in stmt_reads(v)}
+    t_writes = {w.container for v in walk([t]) for w in stmt_writes(v)}
+    return not (t_writes & (u_reads | u_writes) or t_reads & u_writes)
 
 
 def _substitute(u, c, e):
