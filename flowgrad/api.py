@@ -210,6 +210,7 @@ class _Transform:
         self.params = list(self.signature.parameters)
         self.wrt_given = wrt
         self.cache = {}
+        self.plans = {}             # memory plans by signature and integer arguments
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
 
@@ -260,7 +261,13 @@ class _Transform:
         entry = self.compiled(args) if entry is None else entry
         if self.mode == "forward" or self.strategy == "store_all":
             return entry, {}, None
-        plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), self.memory_budget, self.strategy)
+        env = entry.arg_env(args)
+        # a plan depends on the signature and on the integer arguments (trip counts, sizes)
+        plan_key = (id(entry), tuple(v for c, v in env.items() if c.ndim == 0 and isinstance(v, int)))
+        plan = self.plans.get(plan_key)
+        if plan is None:
+            plan = self.plans[plan_key] = plan_program(entry.prog, entry.gp, env, self.memory_budget,
+                                                       self.strategy)
         kinds = {var: kind for var, kind in plan.key() if kind != 0}
         if not kinds:
             return entry, {}, plan

@@ -65,6 +65,50 @@ def test_periodic_schedule_reverses_every_iteration_once(T, k):
     assert S.periodic_slots(T, k) == -(-T // k)
 
 
+def _replay_split(rows, nf, at, T):
+    """Run a split schedule on positions: check every action starts where the state is, and
+    return the iterations reversed (in order) and the iterations run without recording."""
+    slot, pos, advanced = {0: 0}, 0, 0
+    for op, a, b in rows[:nf].tolist():
+        assert op in (S.SNAP, S.ADVANCE)
+        if op == S.SNAP:
+            slot[a] = pos
+        else:
+            assert pos == a
+            pos = b
+    assert pos == at and at <= T
+    pos, reversed_ = T, []
+    for op, a, b in rows[nf:].tolist():
+        if op == S.SNAP:
+            slot[a] = pos
+        elif op == S.RESTORE:
+            pos = slot[a]
+        elif op in (S.ADVANCE, S.RECORD):
+            assert pos == a, (op, a, b, pos)
+            pos = b
+            advanced += (b - a) if op == S.ADVANCE else 0
+        else:
+            assert pos == b
+            reversed_ += list(range(b - 1, a - 1, -1))
+            pos = a
+    return reversed_, advanced
+
+
+@pytest.mark.parametrize("kind,T,param", [(S.PERIODIC, 10, 3), (S.PERIODIC, 9, 3), (S.PERIODIC, 3, 5),
+                                          (S.BINOMIAL, 1, 2), (S.BINOMIAL, 10, 2), (S.BINOMIAL, 100, 4),
+                                          (S.BINOMIAL, 37, 0)])
+def test_the_forward_sweep_takes_the_first_snapshots(kind, T, param):
+    full = S.schedule(kind, T, param)
+    rows, nf, at = S.split_forward(full)
+    reversed_, advanced = _replay_split(rows, nf, at, T)
+    assert reversed_ == list(range(T - 1, -1, -1))
+    assert advanced == S.forward_advances(kind, T, param)
+    if kind == S.PERIODIC and T > param:
+        assert advanced == 0 and at == (T - 1) // param * param     # every snapshot taken going forward
+    if kind == S.BINOMIAL and param and T > 2:
+        assert advanced < S.count_advances(full)
+
+
 # ---------------------------------------------------------------- checkpointed gradients
 
 

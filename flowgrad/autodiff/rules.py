@@ -349,7 +349,8 @@ CALLS = {
     "ckpt_slots": CallRule(lambda i, a: f"_ckpt.slots({i[0]}, {i[1]}, {i[2]})",
                            doc="snapshot slots a loop checkpoint schedule needs"),
     "ckpt_schedule": CallRule(lambda i, a: f"_ckpt.schedule_rows({i[0]}, {i[1]}, {i[2]})",
-                              doc="the action rows of a loop checkpoint schedule, and their count"),
+                              doc="the action rows of a loop checkpoint schedule, their count, and the rows "
+                                  "and iterations the forward sweep runs"),
     "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])}, {_tuple_src(a['full'])})",
                        _vjp_sum_to,
                        doc="sum a broadcast adjoint back to an operand's shape"),

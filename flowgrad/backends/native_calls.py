@@ -534,11 +534,11 @@ def _lower_ckpt_slots(low, s, ind):
 
 
 def _lower_ckpt_schedule(low, s, ind):
-    """The schedule is built in Python (object mode), once per execution of the loop's backward."""
+    """The schedule is built in Python (object mode), once per execution of the loop."""
     kind, trips, param = (low.src(e) for e in s.inputs)
-    sched, rows = s.outputs
-    low.line(f"with numba.objmode({sched.name}='int64[:, :]'):", ind)
-    low.line(f"{sched.name} = _ckpt.schedule({kind}, {trips}, {param})", ind + 1)
+    sched, rows, nf, at = s.outputs
+    low.line(f"with numba.objmode({sched.name}='int64[:, :]', {nf.name}='int64', {at.name}='int64'):", ind)
+    low.line(f"{sched.name}, _, {nf.name}, {at.name} = _ckpt.schedule_rows({kind}, {trips}, {param})", ind + 1)
     low.line(f"{rows.name} = {sched.name}.shape[0]", ind)
 
 

@@ -1,6 +1,7 @@
-"""Loop checkpointing on the IR: a top-level ``for`` loop runs forward without recording, keeping
-a snapshot of its state; its backward executes a schedule (periodic or binomial) of snapshot,
-restore, advance, record and reverse actions (see ``schedules``).
+"""Loop checkpointing on the IR: a top-level ``for`` loop runs forward without recording, taking
+the schedule's first snapshots of its state as it goes; its backward executes the rest of the
+schedule (periodic or binomial): snapshot, restore, advance, record and reverse actions (see
+``schedules``).
 
 The value-restoration invariant of the reverse pass makes this sound: RECORD pushes exactly what
 the store-all program would have pushed for those iterations, and REVERSE pops it, leaving the
@@ -87,36 +88,41 @@ def apply(forward, backward, loop: For, kind: int, param: Container, state, name
         snaps[c] = snap
         pre.append(Assign(Ref(snap), Const(0, c.dtype)))
         pre.append(Assign(_slot(snap, c, Const(0)), _whole(c)))
-    forward[fi:fi + 1] = pre + [For(loop.var, loop.start, loop.stop, loop.step, loop.body, loc=loop.loc)]
 
-    rows = new("rows_" + loop.var.name, I64)
-    sched = new("schedule_" + loop.var.name, I64, (scalar(rows), Const(3)))
-    q = new("q_" + loop.var.name, I64)
-    j = new("j_" + loop.var.name, I64)
-    act, a, b = (new(n + "_" + loop.var.name, I64) for n in ("act", "a", "b"))
+    rows = new("rows_" + loop.var.name, I64, in_forward=True)
+    sched = new("schedule_" + loop.var.name, I64, (scalar(rows), Const(3)), in_forward=True)
+    nf = new("forward_rows_" + loop.var.name, I64, in_forward=True)
+    at = new("forward_at_" + loop.var.name, I64, in_forward=True)
+    q = new("q_" + loop.var.name, I64, in_forward=True)
+    j = new("j_" + loop.var.name, I64, in_forward=True)
+    act, a, b = (new(n + "_" + loop.var.name, I64, in_forward=True) for n in ("act", "a", "b"))
     setvar = Assign(Ref(loop.var, ()), loop.start + scalar(j) * loop.step)
 
-    def steps(body, reverse=False):
-        return [For(j, scalar(a), scalar(b), 1, [setvar] + list(body), reverse=reverse, loc=loop.loc)]
+    def steps(body, start, stop, reverse=False):
+        return [For(j, start, stop, 1, [setvar] + list(body), reverse=reverse, loc=loop.loc)]
 
     def when(code, stmts):
         return If(op("equal", scalar(act), code), stmts)
 
-    dispatch = [
-        Assign(Ref(act, ()), Read(Ref(sched, [Index(scalar(q)), Index(0)]))),
-        Assign(Ref(a, ()), Read(Ref(sched, [Index(scalar(q)), Index(1)]))),
-        Assign(Ref(b, ()), Read(Ref(sched, [Index(scalar(q)), Index(2)]))),
-        when(S.SNAP, [Assign(_slot(snaps[c], c, scalar(a)), _whole(c)) for c in state]),
+    def dispatch(actions):
+        return [Assign(Ref(act, ()), Read(Ref(sched, [Index(scalar(q)), Index(0)]))),
+                Assign(Ref(a, ()), Read(Ref(sched, [Index(scalar(q)), Index(1)]))),
+                Assign(Ref(b, ()), Read(Ref(sched, [Index(scalar(q)), Index(2)])))] + actions
+
+    snap = when(S.SNAP, [Assign(_slot(snaps[c], c, scalar(a)), _whole(c)) for c in state])
+    advance = when(S.ADVANCE, steps(loop.body, scalar(a), scalar(b)))
+    # the forward sweep takes the schedule's first snapshots as it goes (``split_forward``)
+    pre.append(Call("ckpt_schedule", [kind_c, scalar(trips), scalar(param)], [sched, rows, nf, at]))
+    forward[fi:fi + 1] = pre + [For(q, 0, scalar(nf), 1, dispatch([snap, advance]), loc=loop.loc)] + \
+        steps(loop.body, scalar(at), scalar(trips))
+    backward[bi:bi + 1] = [For(q, scalar(nf), scalar(rows), 1, dispatch([
+        snap,
         when(S.RESTORE, [Assign(Ref(c) if c.ndim else Ref(c, ()), Read(_slot(snaps[c], c, scalar(a))))
                          for c in state]),
-        when(S.ADVANCE, steps(loop.body)),
-        when(S.RECORD, steps(recorded_body)),
-        when(S.REVERSE, steps(reversed_body, reverse=True)),
-    ]
-    backward[bi:bi + 1] = [
-        Call("ckpt_schedule", [kind_c, scalar(trips), scalar(param)], [sched, rows]),
-        For(q, 0, scalar(rows), 1, dispatch, loc=loop.loc),
-    ]
+        advance,
+        when(S.RECORD, steps(recorded_body, scalar(a), scalar(b))),
+        when(S.REVERSE, steps(reversed_body, scalar(a), scalar(b), reverse=True)),
+    ]), loc=loop.loc)]
     return trips, nslots
 
 

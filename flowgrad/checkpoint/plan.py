@@ -138,13 +138,13 @@ class LoopCandidate:
         ks = sorted({k for k in (2, 4, 8, 16, 32, 64, 128, 256, 512, int(math.isqrt(T)) or 1,
                                  int(math.isqrt(T)) + 1) if 1 < k < T})
         for k in ks:
+            # the forward sweep takes every snapshot: the backward only records each segment again
             slots = S.periodic_slots(T, k)
-            adv = T - (T - (slots - 1) * k)
-            sched = S.schedule_bytes(T, slots)
-            opts.append((S.PERIODIC, k, slots * Sb + min(k * most, T * B) + sched, slots * Sb, (adv + T) * C))
+            sched = 2 * S.schedule_bytes(T, slots)       # built, then split (``split_forward``)
+            opts.append((S.PERIODIC, k, slots * Sb + min(k * most, T * B) + sched, slots * Sb, T * C))
         for c in range(1, min(T, 40)):
             adv = S.revolve_formula(T, c)
-            sched = S.schedule_bytes(T, c + 1)
+            sched = 2 * S.schedule_bytes(T, c + 1)
             opts.append((S.BINOMIAL, c, (c + 1) * Sb + most + sched, (c + 1) * Sb, (adv + T) * C))
             if S.binomial_slots(T, c) >= T:
                 break

@@ -162,7 +162,50 @@ def slots(kind: int, T: int, param: int) -> int:
     return periodic_slots(int(T), param) if kind == PERIODIC else binomial_slots(int(T), param)
 
 
+def split_forward(rows):
+    """Let the forward sweep take a schedule's first snapshots: ``(rows', nf, at)``.
+
+    A schedule starts from slot 0 with advances and snapshots (periodic: one per segment;
+    binomial: the first path of the recursion). The forward sweep runs the loop anyway, so it
+    performs ``rows'[:nf]`` (only SNAP and ADVANCE rows), stopping at the last snapshot, taken
+    at iteration ``at``, and then runs the remaining iterations plainly. The backward sweep
+    runs ``rows'[nf:]``, which starts by restoring that snapshot. A RESTORE of a slot the state
+    still equals is dropped."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+    same = {0}                 # slots the current state equals
+    done, k, pos = [], 0, 0    # done: positions of the rows the forward sweep runs, in order
+    last = (0, 0, 0)           # (rows done, slot, iteration) at the last snapshot
+    if len(rows) and rows[0, 0] == RESTORE and rows[0, 1] == 0:
+        k = 1
+    while k < len(rows):
+        op, a, b = (int(v) for v in rows[k])
+        if op == RESTORE and a in same:
+            k += 1
+            continue
+        if op == ADVANCE:
+            pos, same = b, set()
+        elif op == SNAP:
+            same.add(a)
+            last = (len(done) + 1, a, pos)
+        else:
+            break
+        done.append(k)
+        k += 1
+    nf, slot, at = last
+    out = np.concatenate([rows[done[:nf]], np.array([[RESTORE, slot, 0]], dtype=np.int64), rows[done[nf:]],
+                          rows[k:]])
+    return out, nf, at
+
+
+def forward_advances(kind: int, T: int, param: int) -> int:
+    """Iterations the backward sweep re-runs without recording, once the forward sweep has
+    taken the first snapshots (``split_forward``)."""
+    rows, nf, _ = split_forward(schedule(kind, T, param))
+    return count_advances(rows[nf:])
+
+
 def schedule_rows(kind: int, T: int, param: int):
-    """(actions, number of actions) for generated code."""
-    acts = schedule(kind, T, param)
-    return acts, acts.shape[0]
+    """(actions, number of actions, actions the forward sweep runs, iteration after them) for
+    generated code (see ``split_forward``)."""
+    acts, nf, at = split_forward(schedule(kind, T, param))
+    return acts, acts.shape[0], nf, at
