@@ -98,13 +98,22 @@ def test_reductions_any_length(n):
     check_grad(reductions, (x,), ("x",), backend=native)
 
 
-def test_matvec_over_strided_views():
+def stepped_rows(A, x):
+    return np.sum(np.sin(x[1::2] @ A[::-2, 1:]))        # v @ M over every other row, backwards
+
+
+@pytest.mark.parametrize("rows", [6, 7, 9, 11])
+def test_matvec_over_strided_views(rows):
     rng = np.random.default_rng(3)
-    args = (rng.uniform(-1, 1, (6, 8)), rng.uniform(-1, 1, 8))
+    args = (rng.uniform(-1, 1, (rows, 8)), rng.uniform(-1, 1, max(rows, 8)))
     check_forward(strided_matvec, args, native)
     check_grad(strided_matvec, args, ("A", "x"), backend=native)
     src = flowgrad.jit(strided_matvec, backend=native).source(*args)
     assert "np.ascontiguousarray(A[" not in src          # no copy of the strided view
+    # v @ M runs four rows per pass over the result, the rest one by one (any row count and step)
+    args = (rng.uniform(-1, 1, (2 * rows, 5)), rng.uniform(-1, 1, 2 * rows))
+    check_forward(stepped_rows, args, native)
+    check_grad(stepped_rows, args, ("A", "x"), backend=native)
 
 
 def test_workspace_reuse_keeps_returned_arrays_and_release_works():

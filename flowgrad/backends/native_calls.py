@@ -231,16 +231,32 @@ def _lower_matmul(low, s, ind):
         low.line(f"{out} = np.dot({matrix(sa, a)}, {matrix(sb, b)})", inner)
 
 
+_JAM = 4       # rows of ``v @ M`` per pass over the result
+
+
 def _lower_matvec(low, a, b, c, ind):
     """A product with a vector operand, as loops reading the operands where they are: BLAS would
     need a contiguous copy of a strided view, which costs as much as the product itself (one
     pass over the matrix either way)."""
     if len(a.shape) == 1 and len(b.shape) == 2:
-        # v @ M: rows of M scaled and added, the inner loop along M's rows
+        # v @ M: rows of M scaled and added, the inner loop along M's rows, four rows per pass
+        # (each element of the result is loaded and stored once per four rows, not per row)
         names, inner = low.nest(c.shape, ind, "z")
         low.line(f"{c.name}[{names[0]}] = 0.0", inner)
-        names, inner = low.nest(b.shape, ind)
-        low.line(f"{c.name}[{names[1]}] += {low.elem(a, names[:1], a.shape)} * {low.elem(b, names, b.shape)}", inner)
+        rows, cols = low.src(b.shape[0]), low.src(b.shape[1])
+        r, z, whole = low.fresh("r"), low.fresh("z"), low.fresh("n4")
+        low.line(f"{whole} = {rows} - {rows} % {_JAM}", ind)
+        low.line(f"for {r} in range(0, {whole}, {_JAM}):", ind)
+        at = [r] + [f"({r} + {k})" for k in range(1, _JAM)]
+        scale = [low.fresh("v") for _ in at]
+        for v, row in zip(scale, at):
+            low.line(f"{v} = {low.elem(a, [row], a.shape)}", ind + 1)
+        low.line(f"for {z} in range({cols}):", ind + 1)
+        terms = " + ".join(f"{v} * {low.elem(b, [row, z], b.shape)}" for v, row in zip(scale, at))
+        low.line(f"{c.name}[{z}] += {terms}", ind + 2)
+        low.line(f"for {r} in range({whole}, {rows}):", ind)
+        low.line(f"for {z} in range({cols}):", ind + 1)
+        low.line(f"{c.name}[{z}] += {low.elem(a, [r], a.shape)} * {low.elem(b, [r, z], b.shape)}", ind + 2)
         return
     if c.ndim == 0:
         run = _accumulate(low, op("multiply", a, b), a.shape, None, "{a} + {b}", "0.0", ind)
