@@ -133,12 +133,12 @@ class ReverseBuilder:
     def is_active_expr(self, e):
         return any(r.ref.container in self.grads for r in data_reads(e))
 
-    def propagate(self, e, g, space=None):
+    def propagate(self, e, g, space=None, out=None):
         """Statements adding ``g`` (the adjoint of expression ``e``, living in the broadcast
         iteration ``space``) into the adjoints of its reads. Contributions to the same view
         (``u * u``, a stencil reading one slice twice) are summed into one accumulation."""
         leaves = []
-        stmts = self._propagate(e, g, space, leaves)
+        stmts = self._propagate(e, g, space, leaves, out)
         groups = []
         for x, contrib, sp in leaves:
             for grp in groups:
@@ -152,7 +152,8 @@ class ReverseBuilder:
             stmts += self.accumulate(x, contrib, sp)
         return stmts
 
-    def _propagate(self, e, g, space, leaves):
+    def _propagate(self, e, g, space, leaves, out=None):
+        """``out``: where ``e``'s value can be read instead of evaluating ``e`` again."""
         if isinstance(e, Const) or not self.is_active_expr(e):
             return []
         space = broadcast_shapes(g.shape, e.shape) if space is None else space
@@ -168,7 +169,7 @@ class ReverseBuilder:
             t = self.temp(g.shape, e.dtype, "gexpr")
             stmts.append(Assign(Ref(t), g))
             g = Read(Ref(t))
-        partials = PARTIALS[e.name](g, e, *e.args)
+        partials = PARTIALS[e.name](g, e if out is None else out, *e.args)
         for a, p in zip(e.args, partials):
             if p is None or not self.is_active_expr(a):
                 continue
@@ -179,6 +180,15 @@ class ReverseBuilder:
             else:
                 stmts += self._propagate(a, p, space, leaves)
         return stmts
+
+    @staticmethod
+    def reads_output(s: Assign):
+        """Whether the adjoint of ``s`` reads the value ``s`` wrote (so it runs before that value
+        is restored): ``x = tanh(e)``, ``exp``, ``expm1``, ``sqrt``, whose derivatives are cheap
+        in their result, where evaluating ``e``'s transcendental again costs as much as the
+        forward did, and keeping ``e`` for it takes a tape of its own."""
+        return isinstance(s.expr, Op) and s.expr.name in _OUTPUT_PARTIALS and not s.accumulate and \
+            not any(r.ref.container is s.dst.container for r in iter_reads(s.expr))
 
     def adjoint_assign(self, s: Assign):
         x = s.dst.container
@@ -195,7 +205,8 @@ class ReverseBuilder:
         if reads_self:
             t = self.temp(s.dst.shape, x.dtype, "gold")
             return [Assign(Ref(t), Read(gdst)), clear] + self.propagate(s.expr, Read(Ref(t)))
-        return self.propagate(s.expr, Read(gdst)) + [clear]
+        out = Read(s.dst) if self.reads_output(s) else None
+        return self.propagate(s.expr, Read(gdst), out=out) + [clear]
 
     def adjoint_call(self, s: Call):
         rule = CALLS[s.op]
@@ -225,6 +236,8 @@ class ReverseBuilder:
 
     def reverse_stmt(self, s, depth):
         if isinstance(s, Assign):
+            if self.reads_output(s):
+                return self.adjoint_assign(s) + [self._restore(s, s.dst, depth)]
             return [self._restore(s, s.dst, depth)] + self.adjoint_assign(s)
         if isinstance(s, Call):
             # A Call never writes its inputs, so its adjoint (which may read the outputs, e.g. max
@@ -243,6 +256,9 @@ class ReverseBuilder:
             body = self.reverse_block(s.body, depth + 1)
             return [For(it, 0, scalar(cnt), 1, body, reverse=True, loc=s.loc)]
         raise TypeError(f"cannot reverse {s!r}")
+
+
+_OUTPUT_PARTIALS = frozenset({"tanh", "exp", "expm1", "sqrt"})
 
 
 def _cheap(e, budget=2):
