@@ -100,8 +100,8 @@ class _Compiled:
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
         outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
         gp, live = self.gp, set()
-        backward = _pass("copies", propagate_copies, gp.backward, gp.containers)
-        backward = _pass("gather", gather_shifted_sums, backward, gp.containers)
+        backward = _pass("gather", gather_shifted_sums, gp.backward, gp.containers)
+        backward = _pass("copies", propagate_copies, backward, gp.containers)
 
         def backward_dce(b):
             out, found = eliminate_dead(b, outputs)

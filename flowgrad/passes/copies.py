@@ -3,7 +3,8 @@
 Needs: a statement list (the backward sweep of a gradient). Changes: after ``t = g[v]`` (``t`` a
 transient array written whole), later statements of the same block read ``g[v]`` where they read
 ``t``, until a statement writes ``t``, ``g`` or what ``v``'s indices read; a statement
-``g[v] = t`` in that stretch changes nothing and is removed. ``eliminate_dead`` then drops the
+``g[v] = t`` in that stretch changes nothing and is removed. A read of part of ``t`` (``t[1:]``, as
+the gather pass leaves them) reads that part of ``g[v]``. ``eliminate_dead`` then drops the
 copy when nothing reads ``t`` any more.
 
 The adjoint of an update ``x[v] = x[v] - f(...)`` saves ``g_x[v]``, writes it back scaled by one
@@ -12,8 +13,8 @@ each element of ``g_x[v]`` is read once where it is spread (two passes over memo
 """
 from __future__ import annotations
 
-from ..ir.core import (Assign, Call, Op, Read, If, For, While, iter_reads, map_blocks, same_expr, same_ref,
-                       stmt_reads, stmt_writes, walk)
+from ..ir.core import (Assign, Call, Index, NewAxis, Op, Read, Ref, If, For, Slice, While, iter_reads, map_blocks,
+                       same_expr, same_ref, stmt_reads, stmt_writes, walk)
 
 
 def propagate_copies(stmts):
@@ -79,7 +80,30 @@ def _substitute(s, t, r):
 def _expr(e, t, r):
     if _whole_read(e, t):
         return Read(r)
+    if isinstance(e, Read) and e.ref.container is t:
+        inner = _compose(r, e.ref)
+        return e if inner is None else Read(inner)
     if isinstance(e, Op):
         args = [_expr(a, t, r) for a in e.args]
         return e if all(a is b for a, b in zip(args, e.args)) else Op(e.name, args, e.dtype, e.shape)
     return e
+
+
+def _compose(r, sub):
+    """The view of ``r``'s container that ``sub`` (a view of a copy of ``r``) reads, or None
+    when either view permutes or inserts axes."""
+    if r.perm is not None or sub.perm is not None or \
+            any(isinstance(it, NewAxis) for it in tuple(r.items) + tuple(sub.items)):
+        return None
+    inner = iter(sub.items)
+    items = []
+    for it in r.items:
+        if isinstance(it, Index):
+            items.append(it)
+            continue
+        at = next(inner)
+        if isinstance(at, Index):
+            items.append(Index(it.start + at.at * it.step))
+        else:
+            items.append(Slice(it.start + at.start * it.step, at.size, at.step * it.step))
+    return Ref(r.container, items)
