@@ -226,3 +226,34 @@ def test_a_loop_whose_tape_shrinks_is_planned(backend):
     for got, want in zip(g(*args), ref):
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
     check_grad(backward_induction, args, ("v", "p"), backend=backend)
+
+
+def csr_steps(indptr, indices, data, x, n_steps):
+    n = indptr.shape[0] - 1
+    for t in range(n_steps):
+        y = np.zeros(n)
+        for i in range(n):
+            start = indptr[i]                   # recomputed in the backward, not taped
+            end = indptr[i + 1]
+            y[i] = data[start:end] @ x[indices[start:end]]
+        x = np.tanh(y + x)
+    return np.sum(x * x)
+
+
+def test_checkpointed_loop_with_recomputed_row_values(backend):
+    rng = np.random.default_rng(9)
+    n = 200
+    counts = rng.integers(0, 4, n)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = np.concatenate([rng.choice(n, k, replace=False) for k in counts]).astype(np.int64)
+    args = (indptr, indices, 0.3 * rng.standard_normal(indptr[-1]), rng.standard_normal(n), 30)
+    store = flowgrad.explain(csr_steps, *args, wrt=("data", "x"), backend=backend)
+    budget = (store.store_all_peak + store.min_peak) // 2
+    g = flowgrad.grad(csr_steps, wrt=("data", "x"), backend=backend, memory_budget=budget)
+    assert g.planned(args)[2].loops[0][1] != S.STORE_ALL
+    ref = flowgrad.grad(csr_steps, wrt=("data", "x"), backend=backend)(*args)
+    for got, want in zip(g(*args), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    n = 8
+    indptr, indices = indptr[:n + 1], indices[:indptr[n]] % n
+    check_grad(csr_steps, (indptr, indices, args[2][:indptr[n]], args[3][:n], 3), ("data", "x"), backend=backend)

@@ -9,7 +9,7 @@ state at the start of the reversed segment.
 """
 from __future__ import annotations
 
-from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index, Read, Ref, Slice,
+from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index, Read, Ref, Slice, While,
                        iter_reads, op, scalar, stmt_reads, stmt_writes, walk)
 from . import schedules as S
 
@@ -31,8 +31,11 @@ def state_containers(loop: For, rest_of_program):
 
 
 def _defined_first(body, c):
-    """Whether each iteration writes ``c`` whole before anything reads it."""
-    for s in body:
+    """Whether each iteration writes ``c`` whole before anything reads it (a container only a
+    nested loop touches counts when each of that loop's iterations does so)."""
+    for k, s in enumerate(body):
+        if isinstance(s, (For, While)) and _touches(s, c):
+            return not any(_touches(t, c) for t in body[:k] + body[k + 1:]) and _defined_first(s.body, c)
         reads = {r.ref.container for t in walk([s]) for r in stmt_reads(t)}
         writes_whole = (isinstance(s, Assign) and s.dst.container is c and s.dst.is_whole()
                         and not s.accumulate) or (isinstance(s, Call) and c in s.outputs
@@ -42,6 +45,11 @@ def _defined_first(body, c):
         if c in reads or any(r.container is c for t in walk([s]) for r in stmt_writes(t)):
             return False
     return False
+
+
+def _touches(s, c):
+    return any(r.ref.container is c for t in walk([s]) for r in stmt_reads(t)) or \
+        any(w.container is c for t in walk([s]) for w in stmt_writes(t))
 
 
 def _inplace(call):
