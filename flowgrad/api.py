@@ -22,6 +22,7 @@ from .passes.fuse import fuse_temporaries
 from .passes.copies import propagate_copies
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
+from .passes.outer import defer_outer_products
 from .passes.take import fuse_gathers
 from .ir.core import I64, Const, Container, Program
 from .ir.printer import block_lines, program_text
@@ -109,6 +110,8 @@ class _Compiled:
             return out
         gp.backward = _pass("dce", backward_dce, backward, gp.containers)
         gp.backward = _pass("fuse", lambda b: fuse_temporaries(b, protected=outputs), gp.backward, gp.containers)
+        gp.backward = _pass("outer", lambda b: defer_outer_products(b, gp.containers, cap.namer), gp.backward,
+                            gp.containers)
         gp.forward = _pass("dce", lambda b: eliminate_dead(b, live)[0], gp.forward, gp.containers)
         before = set(gp.containers)
         gp.forward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.forward,

@@ -285,3 +285,33 @@ def test_the_adjoint_of_a_tanh_reads_the_value_written(backend):
     # comes back; the outer tanh is not evaluated again (the inner tanh and exp are)
     assert "(1.0 - (h * h))" in backward and "tanh(((exp(" not in backward, backward
     assert backward.index("(1.0 - (h * h))") < backward.index("pop tape_h -> h"), backward
+
+
+def recurrent_steps(v, W, n_steps):
+    for t in range(n_steps):
+        v = np.tanh(W @ v) * 0.9
+        if np.sum(v) > 0.0:                       # a branch: its update only when taken
+            v = v - 0.1 * (W @ v)
+    return np.sum(v * v)
+
+
+def recurrent_with_a_row_of_w(v, W, n_steps):
+    for t in range(n_steps):
+        v = np.tanh(W @ v) + 0.1 * W[0] * v          # g_W[0] is updated by another statement too
+    return np.sum(v * v)
+
+
+def test_outer_product_updates_in_a_loop_become_one_product_after_it(backend):
+    rng = np.random.default_rng(10)
+    args = (rng.uniform(-1, 1, 5), rng.uniform(-0.5, 0.5, (5, 5)), 6)
+    check_forward(recurrent_steps, args, backend)
+    check_grad(recurrent_steps, args, ("v", "W"), backend=backend)
+    backward = flowgrad.grad(recurrent_steps, wrt=("v", "W"), backend=backend).ir(*args).split("# backward")[1]
+    loop = backward.split("for t in reversed")[1]
+    # each step stores g_matmul and v as a row of two stacks; g_W gets both products' sums after
+    assert "g_W +=" not in loop.split("matmul_tn_flat")[0], backward
+    assert backward.count("matmul_tn_flat(stack_g_W") == 2, backward
+    # another statement updating part of g_W in the loop: the outer products stay in place
+    check_grad(recurrent_with_a_row_of_w, args, ("v", "W"), backend=backend)
+    backward = flowgrad.grad(recurrent_with_a_row_of_w, wrt=("v", "W"), backend=backend).ir(*args)
+    assert "stack_g_W" not in backward

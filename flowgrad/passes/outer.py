@@ -1,0 +1,183 @@
+"""Sum a loop's outer-product updates with one matrix product after the loop.
+
+Needs: a statement list (the backward sweep of a gradient). Changes: in a reversed ``for`` loop
+with a step of one, an update ``G[v] += a[:, newaxis] * b[newaxis, :]`` (the adjoint of a
+matrix-vector product ``W @ x``, or of a row ``A[i] @ B``), where nothing else in the loop touches
+``G`` and ``v`` is the same in every iteration, stores ``a`` and ``b`` as row ``k`` of two
+stacks instead; after the loop ``G[v] += A_stack.T @ B_stack``. Each iteration's pass over ``G``
+(read and written, memory-bound) becomes one BLAS product: lif_neurons' ``g_W`` over 50 steps,
+k2mm's ``g_B`` over the rows of ``A``. An update under a branch stores its rows only when the
+branch runs (the stacks start zeroed).
+
+The stacks hold ``trips * (len(a) + len(b))`` numbers; they are containers of the program, so
+the memory planner counts them.
+"""
+from __future__ import annotations
+
+from ..ir.core import (F64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Read, Ref, Slice,
+                       const_value, iter_reads, map_blocks, op, same_expr, same_ref, scalar, stmt_reads, stmt_writes,
+                       walk)
+
+
+def defer_outer_products(stmts, containers, namer):
+    """``stmts`` with outer-product updates in reversed loops summed after them (see the module)."""
+    out = []
+    for s in stmts:
+        s = map_blocks(s, lambda b: defer_outer_products(b, containers, namer))
+        if isinstance(s, For) and s.reverse and const_value(s.step) in (1, -1):
+            before, loop, after = _defer(s, containers, namer)
+            out += before + [loop] + after
+        else:
+            out.append(s)
+    return out
+
+
+def _defer(loop, containers, namer):
+    written = {w.container for t in walk(loop.body) for w in stmt_writes(t)} | {loop.var}
+    if const_value(loop.step) == 1:
+        trips, row = op("maximum", 0, loop.stop - loop.start), scalar(loop.var) - loop.start
+    else:
+        trips, row = op("maximum", 0, loop.start - loop.stop), loop.start - scalar(loop.var)
+    before, after = [], []
+    candidates = {}
+    for t in walk(loop.body):
+        found = _outer_update(t, written)
+        if found is not None:
+            candidates[id(t)] = found
+
+    def alone(t):
+        """Nothing but updates of the same region touches ``t``'s target in the loop."""
+        dst = candidates[id(t)][0]
+        for u in walk(loop.body):
+            other = candidates.get(id(u))
+            if u is t or other is not None and same_ref(other[0], dst):
+                continue
+            if any(r.ref.container is dst.container for r in stmt_reads(u)) or \
+                    any(w.container is dst.container for w in stmt_writes(u)):
+                return False
+        return True
+
+    candidates = {k: v for k, v in candidates.items()
+                  if alone(next(t for t in walk(loop.body) if id(t) == k))}
+
+    def block(stmts):
+        # the stacks start zeroed: an update under a branch not taken adds nothing
+        out = []
+        for s in stmts:
+            if isinstance(s, If):
+                out.append(If(s.cond, block(s.then), block(s.orelse), s.loc))
+                continue
+            found = candidates.get(id(s))
+            if found is None:
+                out.append(s)
+                continue
+            dst, a, b = found
+            n, m = dst.shape
+            stack_a = _new(containers, namer, "stack_" + dst.container.name, (trips, n))
+            stack_b = _new(containers, namer, "stack_" + dst.container.name, (trips, m))
+            total = _new(containers, namer, "sum_" + dst.container.name, (n, m))
+            before.extend([Assign(Ref(stack_a), Const(0.0)), Assign(Ref(stack_b), Const(0.0))])
+            out += [Assign(Ref(stack_a, [Index(row), Slice(0, n, 1)]), a, loc=s.loc),
+                    Assign(Ref(stack_b, [Index(row), Slice(0, m, 1)]), b, loc=s.loc)]
+            after.extend([Call("matmul_tn_flat", [Read(Ref(stack_a)), Read(Ref(stack_b))], [total], {}, s.loc),
+                          Assign(dst, Read(Ref(total)), accumulate=True, loc=s.loc)])
+        return out
+
+    body = block(loop.body)
+    return before, For(loop.var, loop.start, loop.stop, loop.step, body, loop.reverse, loop.loc), after
+
+
+def _new(containers, namer, hint, shape):
+    c = Container(namer(hint), F64, shape, "transient")
+    containers[c.name] = c
+    return c
+
+
+def _outer_update(s, written):
+    """``(dst, a, b)`` when ``s`` is ``dst += a[:, newaxis] * b[newaxis, :]`` at a position the
+    loop does not move, with ``a`` and ``b`` as vectors; else None."""
+    if not (isinstance(s, Assign) and s.accumulate and s.dst.perm is None and len(s.dst.shape) == 2
+            and s.dst.container.dtype == F64):
+        return None
+    g = s.dst.container
+    if any(r.ref.container in written for ie in s.dst.index_exprs() for r in iter_reads(ie)) or \
+            any(r.ref.container is g for r in iter_reads(s.expr)):
+        return None
+    factors = _factors(s.expr)
+    if factors is None:
+        return None
+    n, m = s.dst.shape
+    cols, rows, scale = [], [], []
+    for f in factors:
+        shape = f.shape
+        if shape == ():
+            scale.append(f)
+        elif len(shape) == 2 and const_value(shape[1]) == 1 and const_value(shape[0]) != 1:
+            cols.append(_drop_axis(f, 1))
+        elif len(shape) == 1 or len(shape) == 2 and const_value(shape[0]) == 1 and const_value(shape[1]) != 1:
+            rows.append(f if len(shape) == 1 else _drop_axis(f, 0))
+        else:
+            return None
+    if not cols or not rows or any(c is None for c in cols + rows):
+        return None
+    a = _product(cols + scale)
+    b = _product(rows)
+    if len(a.shape) != 1 or len(b.shape) != 1 or not (same_expr(a.shape[0], n) and same_expr(b.shape[0], m)):
+        return None
+    return s.dst, a, b
+
+
+def _factors(e):
+    """The factors of a product (a negation is a factor -1), or None when ``e`` is not one."""
+    if isinstance(e, Op) and e.name == "multiply":
+        left, right = _factors(e.args[0]), _factors(e.args[1])
+        return None if left is None or right is None else left + right
+    if isinstance(e, Op) and e.name == "negative":
+        inner = _factors(e.args[0])
+        return None if inner is None else inner + [Const(-1.0)]
+    return [e]
+
+
+def _product(fs):
+    e = fs[0]
+    for f in fs[1:]:
+        e = op("multiply", e, f)
+    return e
+
+
+def _drop_axis(e, axis):
+    """``e`` without its broadcast (length-one) axis ``axis`` of two, or None."""
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Read):
+        ref = e.ref
+        view = [k for k, it in enumerate(ref.items) if not isinstance(it, Index)]
+        if len(view) != 2 or ref.perm is not None:
+            return None
+        k = view[axis]
+        it = ref.items[k]
+        items = list(ref.items)
+        if isinstance(it, NewAxis):
+            del items[k]
+        elif isinstance(it, Slice) and const_value(it.size) == 1:
+            items[k] = Index(it.start)
+        else:
+            return None
+        return Read(Ref(ref.container, items))
+    if isinstance(e, Op):
+        args = []
+        for x in e.args:
+            if len(x.shape) < 2:
+                if axis == 1 and len(x.shape) == 1 and const_value(x.shape[0]) != 1:
+                    return None             # a row operand inside a column factor
+                args.append(x)
+            else:
+                y = _drop_axis(x, axis)
+                if y is None:
+                    return None
+                args.append(y)
+        return op(e.name, *args)
+    return None
+
+
+__all__ = ["defer_outer_products"]
