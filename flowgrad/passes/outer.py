@@ -19,6 +19,11 @@ from ..ir.core import (F64, Assign, Call, Const, Container, For, If, Index, NewA
                        walk)
 
 
+# Below this many elements a rank-one update costs less than storing its vectors and a product
+# call, and the stacks (one row per iteration) could outgrow the matrix they sum into.
+_MIN_ELEMENTS = 4096
+
+
 def defer_outer_products(stmts, containers, namer):
     """``stmts`` with outer-product updates in reversed loops summed after them (see the module)."""
     out = []
@@ -102,6 +107,9 @@ def _outer_update(s, written):
     g = s.dst.container
     if any(r.ref.container in written for ie in s.dst.index_exprs() for r in iter_reads(ie)) or \
             any(r.ref.container is g for r in iter_reads(s.expr)):
+        return None
+    n, m = (const_value(d) for d in s.dst.shape)
+    if n is not None and m is not None and n * m < _MIN_ELEMENTS:
         return None
     factors = _factors(s.expr)
     if factors is None:
