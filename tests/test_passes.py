@@ -289,8 +289,8 @@ def test_the_adjoint_of_a_tanh_reads_the_value_written(backend):
 
 def recurrent_steps(v, W, n_steps):
     for t in range(n_steps):
-        v = np.tanh(W @ v) * 0.9
-        if np.sum(v) > 0.0:                       # a branch: its update only when taken
+        v = np.tanh(W @ v + 0.5) * 0.9
+        if np.sum(v) > 20.0:                      # a branch: its update only when taken
             v = v - 0.1 * (W @ v)
     return np.sum(v * v)
 
@@ -306,12 +306,14 @@ def test_outer_product_updates_in_a_loop_become_one_product_after_it(backend):
     n = 70                                       # 4900 elements: worth one product (5 x 5 is not)
     args = (rng.uniform(-1, 1, n), rng.uniform(-0.5, 0.5, (n, n)) / np.sqrt(n), 6)
     check_forward(recurrent_steps, args, backend)
+    check_grad(recurrent_steps, args[:2] + (70,), ("v", "W"), backend=backend)    # full stacks flushed
     check_grad(recurrent_steps, args, ("v", "W"), backend=backend)
     backward = flowgrad.grad(recurrent_steps, wrt=("v", "W"), backend=backend).ir(*args).split("# backward")[1]
-    loop = backward.split("for t in reversed")[1]
-    # each step stores g_matmul and v as a row of two stacks; g_W gets both products' sums after
-    assert "g_W +=" not in loop.split("matmul_tn_flat")[0], backward
-    assert backward.count("matmul_tn_flat(stack_g_W") == 2, backward
+    # each step stores g_matmul and v as the next row of two stacks; g_W gets their product when
+    # a stack is full (in the loop) and after the loop
+    assert "g_W += (" not in backward, backward
+    assert backward.count("matmul_tn_flat(stack_g_W") == 4, backward
+    assert backward.count("== 64)") == 2, backward
     # another statement updating part of g_W in the loop: the outer products stay in place
     check_grad(recurrent_with_a_row_of_w, args, ("v", "W"), backend=backend)
     backward = flowgrad.grad(recurrent_with_a_row_of_w, wrt=("v", "W"), backend=backend).ir(*args)

@@ -1,27 +1,27 @@
-"""Sum a loop's outer-product updates with one matrix product after the loop.
+"""Sum a loop's outer-product updates with matrix products instead of one pass per iteration.
 
-Needs: a statement list (the backward sweep of a gradient). Changes: in a reversed ``for`` loop
-with a step of one, an update ``G[v] += a[:, newaxis] * b[newaxis, :]`` (the adjoint of a
-matrix-vector product ``W @ x``, or of a row ``A[i] @ B``), where nothing else in the loop touches
-``G`` and ``v`` is the same in every iteration, stores ``a`` and ``b`` as row ``k`` of two
-stacks instead; after the loop ``G[v] += A_stack.T @ B_stack``. Each iteration's pass over ``G``
-(read and written, memory-bound) becomes one BLAS product: lif_neurons' ``g_W`` over 50 steps,
-k2mm's ``g_B`` over the rows of ``A``. An update under a branch stores its rows only when the
-branch runs (the stacks start zeroed).
-
-The stacks hold ``trips * (len(a) + len(b))`` numbers; they are containers of the program, so
-the memory planner counts them.
+Needs: a statement list (the backward sweep of a gradient). Changes: in a reversed loop, an
+update ``G[v] += a[:, newaxis] * b[newaxis, :]`` (the adjoint of a matrix-vector product
+``W @ x``, or of a row ``A[i] @ B``), where nothing else in the loop touches ``G`` and ``v`` is the
+same in every iteration, stores ``a`` and ``b`` as the next rows of two stacks instead; every
+``_ROWS`` rows, and after the loop, ``G[v] += A_stack.T @ B_stack``. Each iteration's pass over
+``G`` (read and written, memory-bound) becomes part of a BLAS product: lif_neurons' ``g_W`` over
+50 steps, k2mm's ``g_B`` over the rows of ``A``. An update under a branch stores its rows only
+when the branch runs.
 """
 from __future__ import annotations
 
-from ..ir.core import (F64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Read, Ref, Slice,
+from ..ir.core import (F64, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Read, Ref, Slice,
                        const_value, iter_reads, map_blocks, op, same_expr, same_ref, scalar, stmt_reads, stmt_writes,
                        walk)
 
 
 # Below this many elements a rank-one update costs less than storing its vectors and a product
-# call, and the stacks (one row per iteration) could outgrow the matrix they sum into.
+# call, and the stacks could outgrow the matrix they sum into.
 _MIN_ELEMENTS = 4096
+# Rows a stack holds: when full, its product is added and it starts again, so the stacks stay
+# small whatever the trip count, and each product is still a BLAS-sized one.
+_ROWS = 64
 
 
 def defer_outer_products(stmts, containers, namer):
@@ -29,7 +29,7 @@ def defer_outer_products(stmts, containers, namer):
     out = []
     for s in stmts:
         s = map_blocks(s, lambda b: defer_outer_products(b, containers, namer))
-        if isinstance(s, For) and s.reverse and const_value(s.step) in (1, -1):
+        if isinstance(s, For) and s.reverse:
             before, loop, after = _defer(s, containers, namer)
             out += before + [loop] + after
         else:
@@ -39,10 +39,6 @@ def defer_outer_products(stmts, containers, namer):
 
 def _defer(loop, containers, namer):
     written = {w.container for t in walk(loop.body) for w in stmt_writes(t)} | {loop.var}
-    if const_value(loop.step) == 1:
-        trips, row = op("maximum", 0, loop.stop - loop.start), scalar(loop.var) - loop.start
-    else:
-        trips, row = op("maximum", 0, loop.start - loop.stop), loop.start - scalar(loop.var)
     before, after = [], []
     candidates = {}
     for t in walk(loop.body):
@@ -66,7 +62,7 @@ def _defer(loop, containers, namer):
                   if alone(next(t for t in walk(loop.body) if id(t) == k))}
 
     def block(stmts):
-        # the stacks start zeroed: an update under a branch not taken adds nothing
+        # an update under a branch not taken stores no row
         out = []
         for s in stmts:
             if isinstance(s, If):
@@ -78,22 +74,33 @@ def _defer(loop, containers, namer):
                 continue
             dst, a, b = found
             n, m = dst.shape
-            stack_a = _new(containers, namer, "stack_" + dst.container.name, (trips, n))
-            stack_b = _new(containers, namer, "stack_" + dst.container.name, (trips, m))
-            total = _new(containers, namer, "sum_" + dst.container.name, (n, m))
-            before.extend([Assign(Ref(stack_a), Const(0.0)), Assign(Ref(stack_b), Const(0.0))])
-            out += [Assign(Ref(stack_a, [Index(row), Slice(0, n, 1)]), a, loc=s.loc),
-                    Assign(Ref(stack_b, [Index(row), Slice(0, m, 1)]), b, loc=s.loc)]
-            after.extend([Call("matmul_tn_flat", [Read(Ref(stack_a)), Read(Ref(stack_b))], [total], {}, s.loc),
-                          Assign(dst, Read(Ref(total)), accumulate=True, loc=s.loc)])
+            name = dst.container.name
+            stack_a = _new(containers, namer, "stack_" + name, (_ROWS, n))
+            stack_b = _new(containers, namer, "stack_" + name, (_ROWS, m))
+            rows = _new(containers, namer, "rows_" + name, (), I64)
+            total = _new(containers, namer, "sum_" + name, (n, m))
+
+            def flush(k):
+                part = [Slice(0, k, 1)]
+                return [Call("matmul_tn_flat", [Read(Ref(stack_a, part + [Slice(0, n, 1)])),
+                                                Read(Ref(stack_b, part + [Slice(0, m, 1)]))], [total], {}, s.loc),
+                        Assign(dst, Read(Ref(total)), accumulate=True, loc=s.loc)]
+
+            before.extend([Assign(Ref(stack_a), Const(0.0)), Assign(Ref(stack_b), Const(0.0)),
+                           Assign(Ref(rows, ()), Const(0))])
+            out += [Assign(Ref(stack_a, [Index(scalar(rows)), Slice(0, n, 1)]), a, loc=s.loc),
+                    Assign(Ref(stack_b, [Index(scalar(rows)), Slice(0, m, 1)]), b, loc=s.loc),
+                    Assign(Ref(rows, ()), Const(1), accumulate=True),
+                    If(op("equal", scalar(rows), Const(_ROWS)), flush(Const(_ROWS)) + [Assign(Ref(rows, ()), Const(0))])]
+            after.extend(flush(scalar(rows)))
         return out
 
     body = block(loop.body)
     return before, For(loop.var, loop.start, loop.stop, loop.step, body, loop.reverse, loop.loc), after
 
 
-def _new(containers, namer, hint, shape):
-    c = Container(namer(hint), F64, shape, "transient")
+def _new(containers, namer, hint, shape, dtype=F64):
+    c = Container(namer(hint), dtype, shape, "transient")
     containers[c.name] = c
     return c
 
