@@ -11,6 +11,7 @@ import pytest
 
 import flowgrad
 from oracle import check_forward, check_grad
+from test_passes import _csr, csr_rows
 
 pytestmark = pytest.mark.native
 
@@ -295,16 +296,6 @@ def test_parallel_loops_numba_cannot_compile_run_on_one_thread():
         k(0.0)
 
 
-def csr_rows(indptr, indices, data, x):
-    n = indptr.shape[0] - 1
-    y = np.zeros(n)
-    for i in range(n):
-        start = indptr[i]
-        end = indptr[i + 1]
-        y[i] = data[start:end] @ x[indices[start:end]]
-    return np.sum(np.tanh(y))
-
-
 def pairs_and_reuse(A, r, c, w):
     picked = A[r, c]                         # one consumer: read where it is used
     twice = A[c, r]                          # two consumers: stays a gather into a temporary
@@ -313,11 +304,7 @@ def pairs_and_reuse(A, r, c, w):
 
 def test_gathers_are_read_where_their_one_consumer_uses_them():
     rng = np.random.default_rng(6)
-    n = 7
-    counts = rng.integers(0, 4, n)
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    indices = np.concatenate([rng.choice(n, k, replace=False) for k in counts]).astype(np.int64)
-    args = (indptr, indices, rng.standard_normal(indptr[-1]), rng.standard_normal(n))
+    args = _csr(rng, 7)
     check_forward(csr_rows, args, native)
     check_grad(csr_rows, args, ("data", "x"), backend=native)
     g = flowgrad.grad(csr_rows, wrt=("data", "x"), backend=native)

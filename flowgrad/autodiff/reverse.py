@@ -403,6 +403,8 @@ def _replays_in(loop, prog, written, backward_reads):
         later_writes[k] = set(seen)
         seen |= {w.container for t in walk([body[k]]) for w in stmt_writes(t)}
     chosen = []
+    inside = {id(t) for t in walk(body)}
+    outside = {r.ref.container for t in walk(prog.body) if id(t) not in inside for r in stmt_reads(t)}
     for k, st in enumerate(body):
         c = _fresh_definition(st)
         if c is None or c.kind != "transient" or c in prog.results or written.get(c) != 1:
@@ -413,17 +415,12 @@ def _replays_in(loop, prog, written, backward_reads):
         if not all(d is loop.var or d in backward_reads or not written.get(d) or
                    any(_fresh_definition(t) is d for t in chosen) for d in deps):
             continue
-        outside = [t for t in walk(prog.body) if t is not loop and not _within(t, loop)]
-        if any(r.ref.container is c for t in outside for r in stmt_reads(t)):
+        if c in outside:
             continue
         if any(r.ref.container is c for t in walk(body[:k + 1]) for r in stmt_reads(t)):
             continue
         chosen.append(st)
     return chosen
-
-
-def _within(t, loop):
-    return any(u is t for u in walk(loop.body))
 
 
 def _fresh_definition(st):

@@ -94,18 +94,20 @@ def _substitute(u, c, e):
             return None
         if any(r.ref.container is c for ie in u.dst.index_exprs() for r in iter_reads(ie)):
             return None
-        new = _replace(u.expr, c, e)
+        new = replace_reads(u.expr, c, e)
         return None if new is None else Assign(u.dst, new, u.accumulate, u.loc)
     if isinstance(u, Call) and u.op in _ELEMENT_ONCE and len(e.shape) == len(c.shape) and \
             all(same_expr(a, b) for a, b in zip(e.shape, c.shape)):
-        inputs = [_replace(x, c, e) for x in u.inputs]
+        inputs = [replace_reads(x, c, e) for x in u.inputs]
         if any(x is None for x in inputs):
             return None
         return Call(u.op, inputs, u.outputs, u.attrs, u.loc)
     return None
 
 
-def _replace(x, c, e):
+def replace_reads(x, c, e):
+    """Expression ``x`` with its whole reads of ``c`` replaced by ``e``; None where ``x`` reads
+    ``c`` otherwise (part of it, or in an index)."""
     if isinstance(x, Read):
         if x.ref.container is c:
             return e if x.ref.is_whole() else None
@@ -113,7 +115,7 @@ def _replace(x, c, e):
             return None
         return x
     if isinstance(x, Op):
-        args = [_replace(a, c, e) for a in x.args]
+        args = [replace_reads(a, c, e) for a in x.args]
         if any(a is None for a in args):
             return None
         return op(x.name, *args)

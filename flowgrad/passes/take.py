@@ -12,8 +12,9 @@ allocation) per row.
 from __future__ import annotations
 
 from ..backends.native_calls import whole_reduction
-from ..ir.core import (Assign, Call, Op, Read, Take, child_blocks, iter_reads, map_blocks, op, same_expr,
-                       stmt_reads, stmt_writes, walk)
+from ..ir.core import (Assign, Call, Read, Take, child_blocks, iter_reads, map_blocks, same_expr, stmt_reads,
+                       stmt_writes, walk)
+from .fuse import replace_reads
 
 
 def fuse_gathers(*blocks):
@@ -109,29 +110,14 @@ def _substitute(u, c, take):
     if isinstance(u, Assign):
         if any(r.ref.container is c for ie in u.dst.index_exprs() for r in iter_reads(ie)):
             return None
-        new = _replace(u.expr, c, take)
+        new = replace_reads(u.expr, c, take)
         return None if new is None else Assign(u.dst, new, u.accumulate, u.loc)
     if isinstance(u, Call) and (u.op in _ELEMENTWISE_INPUTS or whole_reduction(u) is not None):
-        inputs = [_replace(x, c, take) for x in u.inputs]
+        inputs = [replace_reads(x, c, take) for x in u.inputs]
         if any(x is None for x in inputs):
             return None
         return Call(u.op, inputs, u.outputs, u.attrs, u.loc)
     return None
-
-
-def _replace(x, c, take):
-    if isinstance(x, Read):
-        if x.ref.container is c:
-            return take if x.ref.is_whole() else None
-        if any(r.ref.container is c for ie in x.ref.index_exprs() for r in iter_reads(ie)):
-            return None
-        return x
-    if isinstance(x, Op):
-        args = [_replace(a, c, take) for a in x.args]
-        if any(a is None for a in args):
-            return None
-        return op(x.name, *args)
-    return x
 
 
 __all__ = ["fuse_gathers"]
