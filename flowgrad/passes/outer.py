@@ -40,26 +40,21 @@ def defer_outer_products(stmts, containers, namer):
 def _defer(loop, containers, namer):
     written = {w.container for t in walk(loop.body) for w in stmt_writes(t)} | {loop.var}
     before, after = [], []
-    candidates = {}
-    for t in walk(loop.body):
-        found = _outer_update(t, written)
-        if found is not None:
-            candidates[id(t)] = found
+    found = {id(t): (t, _outer_update(t, written)) for t in walk(loop.body)}
+    found = {k: v for k, (t, v) in found.items() if v is not None}
 
-    def alone(t):
-        """Nothing but updates of the same region touches ``t``'s target in the loop."""
-        dst = candidates[id(t)][0]
+    def alone(dst):
+        """Nothing but updates of the region ``dst`` touches its container in the loop."""
         for u in walk(loop.body):
-            other = candidates.get(id(u))
-            if u is t or other is not None and same_ref(other[0], dst):
+            other = found.get(id(u))
+            if other is not None and same_ref(other[0], dst):
                 continue
             if any(r.ref.container is dst.container for r in stmt_reads(u)) or \
                     any(w.container is dst.container for w in stmt_writes(u)):
                 return False
         return True
 
-    candidates = {k: v for k, v in candidates.items()
-                  if alone(next(t for t in walk(loop.body) if id(t) == k))}
+    candidates = {k: v for k, v in found.items() if alone(v[0])}
 
     def block(stmts):
         # an update under a branch not taken stores no row
