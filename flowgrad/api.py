@@ -122,9 +122,9 @@ class _Compiled:
         gp.backward = _pass("share", lambda b: share_factorizations(gp.forward, b), backward, gp.containers)
         verify(gp.forward + gp.backward, gp.containers)
         if backend == "native":
-            forward = _pass("take", lambda b: fuse_gathers(b, gp.backward)[0], gp.forward, gp.containers)
-            gp.backward = _pass("take", lambda b: fuse_gathers(gp.forward, b)[1], gp.backward, gp.containers)
-            gp.forward = forward
+            fused = fuse_gathers(gp.forward, gp.backward)     # one analysis over both sweeps
+            gp.forward = _pass("take", lambda b: fused[0], gp.forward, gp.containers)
+            gp.backward = _pass("take", lambda b: fused[1], gp.backward, gp.containers)
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
             self.func = _native_vjp(self.kernel, self.gp.cotangent, self.wrt)
