@@ -242,6 +242,43 @@ def test_whole_reduction_runs_in_the_pass_that_writes_the_adjoint():
     lines = [ln.strip() for ln in src.splitlines()]
     k = next(i for i, ln in enumerate(lines) if ln.startswith("_flat") and "] = ((g_sum" in ln)
     assert lines[k + 1].startswith("_acc")           # g_a written and summed in one loop
+    # ... and the forward's own sum of ``out * out`` runs in that loop too: one pass over ``a``
+    # after the trace, the scalar ``g_sum = g / a.size`` moved ahead of it, ``result`` after it
+    assert sum(ln.startswith("for ") and "range(36)" in ln for ln in lines) == 1
+    assert lines.index("result = np.float64((sum_1 / 36))") > k
+
+
+def scalars_between_passes(x, y, c0):
+    u = x * 2.0
+    c = c0 + 1.0                  # runs after the nest of u and v (neither reads it) ...
+    v = y * 3.0
+    w = x * c                     # ... so w, which reads it, must not join that nest
+    d = np.sum(w)                 # a sum ...
+    e = d * 2.0 + c0              # ... read by a scalar ...
+    z = y * c0                    # ... then a pass the scalar's value is not needed by
+    return np.sum(u * v) + np.sum(w * w) + e + np.sum(z)
+
+
+def row_normalised(x, w):
+    s = np.sum(x, axis=1, keepdims=True)
+    p = x / s
+    return np.sum(p * w) + np.sum(w / s)
+
+
+def test_scalars_between_fused_passes_run_before_or_after_as_their_readers_need():
+    rng = np.random.default_rng(12)
+    args = (rng.uniform(-1, 1, 40), rng.uniform(-1, 1, 40), 0.7)
+    check_forward(scalars_between_passes, args, native)
+    check_grad(scalars_between_passes, args, ("x", "y", "c0"), backend=native)
+
+
+def test_row_values_a_fused_nest_does_not_write_are_loaded_once_per_row():
+    rng = np.random.default_rng(13)
+    args = (rng.uniform(0.5, 1, (8, 16)), rng.uniform(-1, 1, (8, 16)))
+    check_forward(row_normalised, args, native)
+    check_grad(row_normalised, args, ("x", "w"), backend=native)
+    src = flowgrad.grad(row_normalised, wrt=("x", "w"), backend=native).source(*args)
+    assert re.search(r"_ld\d+ = sum_1\[_i\d+, 0\]", src)     # ahead of the inner loop, not in it
 
 
 def overlapping_updates(V, A):
