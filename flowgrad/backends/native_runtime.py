@@ -64,7 +64,32 @@ _UFUNCS = tuple(getattr(np, name) for name in VECTOR_MATH)
 
 def _ufunc_inplace(code, a):
     with np.errstate(all="ignore"):     # the scalar loops this stands in for warn about nothing
-        _UFUNCS[code](a, out=a)
+        if code == 0 and a.flags.c_contiguous and a.size >= 8192:
+            _exp_inplace(a.reshape(-1))
+        else:
+            _UFUNCS[code](a, out=a)
+
+
+# exp(x) is a normal number for x >= the first value, zero below the second
+_EXP_RANGE = {np.dtype(np.float64): (-700.0, -746.0), np.dtype(np.float32): (-80.0, -104.0)}
+
+
+def _exp_inplace(a):
+    """``np.exp(a, out=a)``, bit for bit, for a large contiguous ``a`` that may hold arguments
+    far below the range of normal results: a masked softmax's ``-1e9`` or ``-inf``. NumPy's SIMD
+    exp takes a slow path for every vector with such an element (measured 3.4x the time with half
+    the elements at ``-1e9``); those elements are zeros, written after the exp of the rest."""
+    low, zero = _EXP_RANGE.get(a.dtype, (None, None))
+    if low is None or not a[::61].min() < low:      # a sample decides the path; both are exact
+        np.exp(a, out=a)
+        return
+    below = np.less(a, low)
+    if np.any(below & np.greater_equal(a, zero)):   # subnormal results: NumPy's own path
+        np.exp(a, out=a)
+        return
+    np.maximum(a, low, out=a)
+    np.exp(a, out=a)
+    np.copyto(a, 0.0, where=below)
 
 
 def _ufunc2_inplace(code, a, b):
