@@ -266,6 +266,27 @@ def test_cheap_loop_local_values_are_recomputed_not_taped(backend):
     assert "push tape_gather <- gather" in ir.split("# backward")[0], ir
 
 
+def normalised_heads(x, W, n_heads):
+    out = np.zeros(x.shape)
+    for h in range(n_heads):
+        s = x @ W[h]
+        e = np.exp(s - np.max(s, axis=1, keepdims=True))
+        p = e / np.sum(e, axis=1, keepdims=True)         # a division of taped values: recomputed
+        out += p @ W[h]                                   # a product: p stays a value of its own
+    return np.sum(out * out)
+
+
+def test_divisions_of_taped_values_are_recomputed_not_taped(backend):
+    rng = np.random.default_rng(5)
+    args = (rng.standard_normal((4, 5)), rng.standard_normal((3, 5, 5)) * 0.5, 3)
+    check_forward(normalised_heads, args, backend)
+    check_grad(normalised_heads, args, ("x", "W"), backend=backend)
+    ir = flowgrad.grad(normalised_heads, wrt=("x", "W"), backend=backend).ir(*args)
+    forward, backward = ir.split("# backward")
+    assert "push tape_e <- e" in forward and "push tape_p" not in forward, forward
+    assert "p = (e / sum_1)" in backward, backward
+
+
 def tanh_steps(h, W, n):
     for t in range(n):
         a = h @ W

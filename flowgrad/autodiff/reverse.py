@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program, Push,
-                       Slice,
-                       broadcast_shapes,
-                       Read, Ref, While, apart, child_blocks, const_value, data_reads, is_cheap, is_float, iter_reads,
-                       loop_range, same_expr, scalar, map_blocks, stmt_reads, stmt_writes, walk, I64, same_ref)
+from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
+                       Push, Read, Ref, Slice, While, apart, broadcast_shapes, child_blocks, const_value, data_reads,
+                       is_float, iter_reads, loop_range, map_blocks, same_expr, same_ref, scalar, stmt_reads,
+                       stmt_writes, walk)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
@@ -425,11 +424,20 @@ def _replays_in(loop, prog, written, backward_reads):
 
 def _fresh_definition(st):
     """The container ``st`` defines afresh with cheap work, or None."""
-    if isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and is_cheap(st.expr):
+    if isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and _cheaper_than_tape(st.expr):
         return st.dst.container
     if isinstance(st, Call) and st.op in _MOVES and len(st.outputs) == 1:
         return st.outputs[0]
     return None
+
+
+def _cheaper_than_tape(e):
+    """Whether evaluating ``e`` again costs less than storing and loading it: cheap element
+    operations and divisions (attention's ``t = e / sum``), with anything on single values
+    (``sqrt(hd)``) in between."""
+    if not isinstance(e, Op) or not e.shape:
+        return True
+    return (e.name in CHEAP_OPS or e.name == "divide") and all(_cheaper_than_tape(a) for a in e.args)
 
 
 def _overwritten_before_read(r, path, replayed):
