@@ -287,6 +287,34 @@ def test_divisions_of_taped_values_are_recomputed_not_taped(backend):
     assert "p = (e / sum_1)" in backward, backward
 
 
+def gathered_layers(x, W, src, n):
+    for k in range(n):
+        msg = x[src] @ W[k]
+        x = np.tanh(msg) + x
+    return np.sum(x * x)
+
+
+def carried_through(x, W, n):
+    m = x * 1.0
+    acc = np.zeros(x.shape)
+    for k in range(n):
+        acc = acc + m @ W[k]
+        m = np.tanh(acc)            # m's adjoint is cleared per iteration and read after the loop
+    return np.sum(m * m) + np.sum(acc)
+
+
+def test_adjoints_cleared_after_each_iteration_are_written_not_accumulated(backend):
+    rng = np.random.default_rng(6)
+    args = (rng.standard_normal((4, 3)), rng.standard_normal((2, 3, 3)) * 0.5, np.array([0, 1, 3, 2]), 2)
+    check_grad(gathered_layers, args, ("x", "W"), backend=backend)
+    backward = flowgrad.grad(gathered_layers, wrt=("x", "W"), backend=backend).ir(*args).split("# backward")[1]
+    # g_matmul is zero at the top of each reversed iteration: its first sum is its value, and
+    # nothing clears it (not before the loop, not after its last read in the body)
+    assert "g_matmul = (g_x" in backward and "g_matmul = 0.0" not in backward, backward
+    args = (rng.standard_normal((4, 3)), rng.standard_normal((3, 3, 3)) * 0.5, 3)
+    check_grad(carried_through, args, ("x", "W"), backend=backend)
+
+
 def tanh_steps(h, W, n):
     for t in range(n):
         a = h @ W
