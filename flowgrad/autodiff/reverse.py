@@ -783,41 +783,64 @@ def _is_zero_fill(s, c=None):
         and s.dst.container.ndim > 0 and (c is None or s.dst.container is c)
 
 
-def _rotate_zero_resets(stmts, reads):
+def _rotate_zero_resets(stmts, reads, zero_at_top=frozenset()):
     """An adjoint that a loop body clears whole after its last use (``g = 0`` at the end of each
-    reversed iteration), that is zero whole on entry (``g = 0`` just before the loop, nothing
-    touching it in between) and that nothing outside the loop reads, is cleared at the top of the
-    body instead, once per iteration. ``_fold_zero_inits`` then merges that clear into the first
-    accumulation, ``g += e`` into ``g = e``: one pass over the adjoint per iteration instead of
-    three (clear, read and write). ``reads``: the number of reads of each container in the whole
-    sweep."""
-    out = [map_blocks(s, lambda b: _rotate_zero_resets(b, reads)) for s in stmts]
+    reversed iteration), that is zero on entry to the loop and that nothing outside the loop
+    reads, is cleared at the top of the body instead, once per iteration. ``_fold_zero_inits``
+    then merges that clear into the first accumulation, ``g += e`` into ``g = e``: one pass over
+    the adjoint per iteration instead of three (clear, read and write). A clear just before the
+    loop goes too.
+
+    ``reads``: the number of reads of each container in the whole sweep; ``zero_at_top``: the
+    containers zero at the start of ``stmts`` (a loop body whose loop is entered with them zero
+    and leaves them zero at the end of each iteration)."""
+    out = list(stmts)
     k = 0
     while k < len(out):
         loop = out[k]
         if not isinstance(loop, For):
+            out[k] = map_blocks(loop, lambda b: _rotate_zero_resets(b, reads))
             k += 1
             continue
-        body = list(loop.body)
+
+        def before(c):
+            """Index of the last statement before the loop touching ``c``, and whether ``c`` is zero there."""
+            p = next((i for i in range(k - 1, -1, -1) if _touches(out[i], c)), None)
+            return p, (c in zero_at_top if p is None else _is_zero_fill(out[p], c))
+
+        cleared = {t.dst.container for t in walk(loop.body) if _is_zero_fill(t)}
+        inner = frozenset(c for c in cleared if before(c)[1] and _leaves_zero(loop.body, c))
+        body = _rotate_zero_resets(loop.body, reads, inner)
         for j in range(len(body) - 1, -1, -1):
             if not _is_zero_fill(body[j]):
                 continue
             c = body[j].dst.container
-            if any(_touches(t, c) for t in body[j + 1:]):
-                continue
-            inside = _read_counts(body)
-            if inside.get(c, 0) != reads.get(c, 0):
-                continue                  # read after the loop: its zeros there matter
-            p = next((i for i in range(k - 1, -1, -1) if _touches(out[i], c)), None)
-            if p is None or not _is_zero_fill(out[p], c):
+            if c not in inner or any(_touches(t, c) for t in body[j + 1:]) or \
+                    _read_counts(body).get(c, 0) != reads.get(c, 0):     # read after the loop
                 continue
             del body[j]
             body.insert(0, Assign(Ref(c), Const(0.0)))
-            del out[p]
-            k -= 1
+            p, _ = before(c)
+            if p is not None:
+                del out[p]
+                k -= 1
         out[k] = For(loop.var, loop.start, loop.stop, loop.step, body, loop.reverse, loop.loc)
         k += 1
     return out
+
+
+def _leaves_zero(body, c):
+    """Whether a loop body that starts with ``c`` zero ends with it zero."""
+    touching = [i for i, t in enumerate(body) if _touches(t, c)]
+    if not touching:
+        return True
+    last = body[touching[-1]]
+    if _is_zero_fill(last, c):
+        return True
+    if isinstance(last, For):
+        entry = len(touching) == 1 or _is_zero_fill(body[touching[-2]], c)
+        return entry and _leaves_zero(last.body, c)
+    return False
 
 
 def _fold_zero_inits(stmts):
