@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from .autodiff.reverse import build_reverse
+from .autodiff.reverse import KEPT_OUTPUTS, build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
 from .backends import native as native_backend
 from .backends import numpy as numpy_backend
@@ -63,7 +63,9 @@ class _Compiled:
         self.cap = cap
         name = cap.name
         containers = cap.containers
-        body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result]), cap.body, containers)
+        kept = KEPT_OUTPUTS if mode != "forward" else frozenset()
+        body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result], kept_ops=kept), cap.body,
+                     containers)
         body = _pass("dce", lambda b: eliminate_dead(b, {cap.result})[0], body, containers)
         if mode == "forward":
             body = _pass("hoist", lambda b: hoist_factorizations(b, containers, cap.namer), body, containers)

@@ -96,6 +96,8 @@ def test_exp_of_masked_scores_is_numpys_bit_for_bit(dtype):
         mask = np.where(np.triu(np.ones((96, 96)), 1) > 0, fill, 0.0).astype(dtype)
         got = flowgrad.jit(masked_exp, backend=native)(s, mask)
         assert got.dtype == dtype and np.array_equal(got, masked_exp(s, mask))
+    # the argument is written into the result and exp runs there: no temporary, no copy
+    assert "_rt.vector_math(0, result)" in flowgrad.jit(masked_exp, backend=native).source(s, mask)
 
 
 def test_broadcast_subexpression_is_computed_once_per_row():

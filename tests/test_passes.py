@@ -336,6 +336,24 @@ def test_the_adjoint_of_a_tanh_reads_the_value_written(backend):
     assert backward.index("(1.0 - (h * h))") < backward.index("pop tape_h -> h"), backward
 
 
+def residual_tanh(x, W):
+    h = np.tanh(x @ W)
+    y = h + x
+    return np.sum(y * y)
+
+
+def test_a_gradient_keeps_a_tanh_its_backward_reads(backend):
+    # the forward alone fuses tanh into the sum; the gradient's forward keeps it as an array, and
+    # its backward reads it instead of evaluating tanh again
+    rng = np.random.default_rng(9)
+    args = (rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, (4, 4)))
+    check_forward(residual_tanh, args, backend)
+    check_grad(residual_tanh, args, ("x", "W"), backend=backend)
+    assert "y = (tanh(matmul) + x)" in flowgrad.jit(residual_tanh, backend=backend).ir(*args)
+    forward, backward = flowgrad.grad(residual_tanh, wrt=("x", "W"), backend=backend).ir(*args).split("# backward")
+    assert "h = tanh(matmul)\n" in forward and "tanh(" not in backward, backward
+
+
 def recurrent_steps(v, W, n_steps):
     for t in range(n_steps):
         v = np.tanh(W @ v + 0.5) * 0.9

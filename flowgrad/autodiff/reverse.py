@@ -186,7 +186,7 @@ class ReverseBuilder:
         is restored): ``x = tanh(e)``, ``exp``, ``expm1``, ``sqrt``, whose derivatives are cheap
         in their result, where evaluating ``e``'s transcendental again costs as much as the
         forward did, and keeping ``e`` for it takes a tape of its own."""
-        return isinstance(s.expr, Op) and s.expr.name in _OUTPUT_PARTIALS and not s.accumulate and \
+        return isinstance(s.expr, Op) and s.expr.name in OUTPUT_PARTIALS and not s.accumulate and \
             not any(r.ref.container is s.dst.container for r in iter_reads(s.expr))
 
     def adjoint_assign(self, s: Assign):
@@ -257,7 +257,10 @@ class ReverseBuilder:
         raise TypeError(f"cannot reverse {s!r}")
 
 
-_OUTPUT_PARTIALS = frozenset({"tanh", "exp", "expm1", "sqrt"})
+OUTPUT_PARTIALS = frozenset({"tanh", "exp", "expm1", "sqrt"})
+# those whose value costs more to compute again than to keep: the forward of a gradient keeps
+# them as arrays of their own rather than fusing them into their one reader
+KEPT_OUTPUTS = frozenset({"tanh", "exp", "expm1"})
 
 
 def _cheap(e, budget=2):
@@ -911,4 +914,4 @@ def _place_zero_inits(backward, placement, b):
     return top, visit(backward, fmap)
 
 
-__all__ = ["activity", "build_reverse", "GradProgram", "same_expr", "NewAxis"]
+__all__ = ["activity", "build_reverse", "GradProgram", "KEPT_OUTPUTS", "same_expr", "NewAxis"]

@@ -683,6 +683,20 @@ class Lowering:
         allocate = s.dst.is_whole() and not s.accumulate and self.needs_allocation(c)
         alloc_line = f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}"
         shape = s.dst.shape
+        e = s.expr
+        if s.dst.is_whole() and not s.accumulate and isinstance(e, Op) and e.name in VECTOR_MATH and \
+                len(e.args) == 1 and self.large(e.shape) and _full(e.args[0].shape, e.shape) and \
+                e.dtype == c.dtype and not any(r.ref.container is c for r in iter_reads(e)):
+            # ``c = tanh(a)``: ``a`` is written into ``c`` and the ufunc runs there in place, with
+            # no temporary and no copy
+            if allocate:
+                self.line(alloc_line, ind)
+            arg = self.hoist(e.args[0], shape, ind)
+            [(dst, arg)], flat = self.collapse([(s.dst, arg)], shape, ind)
+            names, inner = self.nest(flat, ind)
+            self.line(f"{self.read(dst, names, flat)} = {self.elem(arg, names, flat)}", inner)
+            self.line(f"_rt.vector_math({VECTOR_MATH.index(e.name)}, {c.name})  # np.{e.name}", ind)
+            return
         expr = self.hoist(s.expr, shape, ind)
         reads_self = any(r.ref.container is c for r in iter_reads(expr))
         if self.needs_temp(s) or (allocate and reads_self):

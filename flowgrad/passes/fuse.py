@@ -19,8 +19,10 @@ from ..ir.core import (Assign, Call, Op, Read, is_cheap, iter_reads, map_blocks,
 _ELEMENT_ONCE = {"sum", "prod", "max", "min", "sum_to", "add_at"}
 
 
-def fuse_temporaries(body, protected=()):
-    """Return a new body with single-use temporaries inlined (``protected`` containers are kept)."""
+def fuse_temporaries(body, protected=(), kept_ops=frozenset()):
+    """Return a new body with single-use temporaries inlined (``protected`` containers are kept,
+    and so are the results of the operations in ``kept_ops``: a function whose derivative is
+    its own value, ``tanh`` or ``exp``, keeps that value for a gradient's backward to read)."""
     reads, readers, writes = {}, {}, {}
     for s in walk(body):
         for r in stmt_reads(s):
@@ -43,6 +45,12 @@ def fuse_temporaries(body, protected=()):
             return None
         return c
 
+    def kept(s, user):
+        """A value of ``kept_ops`` read by anything but a whole copy would not be kept."""
+        return isinstance(s.expr, Op) and s.expr.name in kept_ops and not (
+            isinstance(user, Assign) and not user.accumulate and isinstance(user.expr, Read)
+            and user.expr.ref.is_whole() and user.expr.ref.container is s.dst.container)
+
     def block(stmts):
         out = [map_blocks(s, block) for s in stmts]
         k = 0
@@ -60,7 +68,7 @@ def fuse_temporaries(body, protected=()):
                     break
                 if any(w.container in deps for u in walk([t]) for w in stmt_writes(u)):
                     moved = True
-            fused = None if use is None else _substitute(out[use], c, out[k].expr)
+            fused = None if use is None or kept(out[k], out[use]) else _substitute(out[use], c, out[k].expr)
             if fused is None or moved and not all(_passes(out[use], c, out[j]) for j in range(k + 1, use)):
                 k += 1
                 continue
