@@ -377,3 +377,22 @@ def test_gathers_are_read_where_their_one_consumer_uses_them():
     check_grad(pairs_and_reuse, args, ("A", "w"), backend=native)
     forward = flowgrad.jit(pairs_and_reuse, backend=native).ir(*args)
     assert forward.count("take(A, r, c)") == 1 and forward.count("gather(A, c, r") == 1, forward
+
+
+def sliding_windows(x, w):
+    n = x.shape[0] - 2
+    out = np.zeros(n)
+    for i in range(3):
+        out += x[i:i + n] * w[i]
+    return np.sum(out * out)
+
+
+def test_window_extents_are_constants():
+    # x[i:i + n] has n elements whatever i is: (i + n) - i folds to n, so the window's shape, and
+    # every buffer of that shape, is fixed when the function is compiled
+    rng = np.random.default_rng(15)
+    args = (rng.uniform(-1, 1, 10), rng.uniform(-1, 1, 3))
+    check_forward(sliding_windows, args, native)
+    check_grad(sliding_windows, args, ("x", "w"), backend=native)
+    g = flowgrad.grad(sliding_windows, wrt=("x", "w"), backend=native)
+    assert "x[i:+8]" in g.ir(*args) and "np.maximum(" not in g.source(*args)

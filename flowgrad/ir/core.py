@@ -381,6 +381,10 @@ def _fold(name, args, dt):
                 return a
         if name == "subtract" and vals[1] == 0:
             return a
+        if name == "subtract":
+            d = difference(a, b)          # (i + 32) - i -> 32: a window's extent is a constant
+            if d is not None:
+                return Const(d, dt, weak=False)
         if name == "multiply":
             if vals[0] == 1:
                 return b
