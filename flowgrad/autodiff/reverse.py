@@ -814,12 +814,13 @@ def _rotate_zero_resets(stmts, reads, zero_at_top=frozenset()):
         cleared = {t.dst.container for t in walk(loop.body) if _is_zero_fill(t)}
         inner = frozenset(c for c in cleared if before(c)[1] and _leaves_zero(loop.body, c))
         body = _rotate_zero_resets(loop.body, reads, inner)
+        inside = _read_counts(body)
         for j in range(len(body) - 1, -1, -1):
             if not _is_zero_fill(body[j]):
                 continue
             c = body[j].dst.container
             if c not in inner or any(_touches(t, c) for t in body[j + 1:]) or \
-                    _read_counts(body).get(c, 0) != reads.get(c, 0):     # read after the loop
+                    inside.get(c, 0) != reads.get(c, 0):     # read after the loop
                 continue
             del body[j]
             body.insert(0, Assign(Ref(c), Const(0.0)))

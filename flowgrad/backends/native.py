@@ -391,9 +391,9 @@ class Lowering:
                 if _conflict(d, s) or any(_conflict(d, u) for u in up):
                     up.insert(0, d)
             down = [d for d in pending if d not in up]
-            for d in up:
-                passed = group + later + down[:sum(1 for e in pending[:pending.index(d)] if e not in up)]
-                if any(_conflict(d, e) for e in passed):
+            for d in up:                    # it runs before the nest: past the group and past
+                passed = [e for e in pending[:pending.index(d)] if e not in up]   # what runs after it
+                if any(_conflict(d, e) for e in group + later + passed):
                     return before, group, later
             before += up
             group.append(s)
