@@ -18,7 +18,7 @@ from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
 from .passes.dce import eliminate_dead
-from .passes.fuse import fuse_temporaries
+from .passes.fuse import fuse_temporaries, split_kept
 from .passes.copies import propagate_copies
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
@@ -64,7 +64,8 @@ class _Compiled:
         name = cap.name
         containers = cap.containers
         kept = KEPT_OUTPUTS if mode != "forward" else frozenset()
-        body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result], kept_ops=kept), cap.body,
+        body = _pass("split", lambda b: split_kept(b, kept, containers, cap.namer), cap.body, containers)
+        body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result], kept_ops=kept), body,
                      containers)
         body = _pass("dce", lambda b: eliminate_dead(b, {cap.result})[0], body, containers)
         if mode == "forward":

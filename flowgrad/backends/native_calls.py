@@ -162,8 +162,12 @@ def _lower_matmul_tn_flat(low, s, ind):
     a, g = s.inputs
     c = s.outputs[0]
     sa, sg = _operand_array(low, a, ind), _operand_array(low, g, ind)
-    low.line(f"{c.name} = np.dot(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T, "
-             f"np.ascontiguousarray({sg}).reshape(-1, {low.src(g.shape[-1])}))", ind)
+    product = (f"np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T, "
+               f"np.ascontiguousarray({sg}).reshape(-1, {low.src(g.shape[-1])})")
+    if c.name in low.allocated_at_start:
+        low.line(f"np.dot({product}, {c.name})", ind)      # into the buffer: no fresh result array
+    else:
+        low.line(f"{c.name} = np.dot({product})", ind)
 
 
 def _lower_matmul(low, s, ind):

@@ -10,16 +10,30 @@ copy when nothing reads ``t`` any more.
 The adjoint of an update ``x[v] = x[v] - f(...)`` saves ``g_x[v]``, writes it back scaled by one
 and spreads it to ``f``'s operands; after this pass the saved copy and the write-back are gone, and
 each element of ``g_x[v]`` is read once where it is spread (two passes over memory fewer).
+
+The other way round, ``t = call(...)`` followed in the same block by ``g = t`` (``g`` a transient
+of ``t``'s shape, nothing in between touching ``g``, ``t`` read nowhere else) becomes a call that
+writes ``g`` itself: a weight gradient ``g_w = x.T @ g_h`` is computed into the gradient's buffer
+instead of into a product that is then copied there.
 """
 from __future__ import annotations
+
+from collections import Counter
 
 from ..ir.core import (Assign, Call, Index, NewAxis, Op, Read, Ref, If, For, Slice, While, iter_reads, map_blocks,
                        same_expr, same_ref, stmt_reads, stmt_writes, walk)
 
 
 def propagate_copies(stmts):
-    """``stmts`` with reads of array copies redirected to their originals (see the module)."""
-    out = [map_blocks(s, propagate_copies) for s in stmts]
+    """``stmts`` with reads of array copies redirected to their originals, and calls whose one
+    result is copied writing the copy's destination (see the module)."""
+    out = _propagate(stmts)
+    reads = Counter(x.ref.container for s in walk(out) for x in stmt_reads(s))
+    return _retarget(out, reads)
+
+
+def _propagate(stmts):
+    out = [map_blocks(s, _propagate) for s in stmts]
     k = 0
     while k < len(out):
         copy = _copy(out[k])
@@ -27,6 +41,40 @@ def propagate_copies(stmts):
             _redirect(out, k, *copy)
         k += 1
     return out
+
+
+def _retarget(stmts, reads):
+    """``t = call(...); ...; g = t`` -> ``g = call(...); ...`` where ``t``'s one read is the copy."""
+    out = [map_blocks(s, lambda b: _retarget(b, reads)) for s in stmts]
+    k = 0
+    while k < len(out):
+        s = out[k]
+        if isinstance(s, Call) and len(s.outputs) == 1 and reads[s.outputs[0]] == 1:
+            j = _copied_to(out, k, s)
+            if j is not None:
+                out[k] = Call(s.op, s.inputs, [out[j].dst.container], s.attrs, s.loc)
+                del out[j]
+        k += 1
+    return out
+
+
+def _copied_to(out, k, call):
+    """Position of the statement after ``out[k]`` copying ``call``'s result whole into another
+    transient that neither the call nor anything in between reads or writes, else None."""
+    t = call.outputs[0]
+    for j in range(k + 1, len(out)):
+        u = out[j]
+        copy = _copy(u)
+        if copy is not None and copy[1].container is t and copy[1].is_whole() and copy[1].perm is None:
+            g = copy[0]
+            between = list(walk([call] + out[k + 1:j]))
+            if any(x.ref.container is g for v in between for x in stmt_reads(v)) or \
+                    any(w.container is g for v in between for w in stmt_writes(v)):
+                return None
+            return j
+        if any(x.ref.container is t for v in walk([u]) for x in stmt_reads(v)):
+            return None
+    return None
 
 
 def _copy(s):

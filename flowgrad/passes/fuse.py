@@ -13,8 +13,8 @@ Runs on the captured forward program, and on the backward sweep after dead-code 
 """
 from __future__ import annotations
 
-from ..ir.core import (Assign, Call, Op, Read, is_cheap, iter_reads, map_blocks, op, same_expr, stmt_reads,
-                       stmt_writes, walk)
+from ..ir.core import (Assign, Call, Container, Op, Read, Ref, is_cheap, iter_reads, map_blocks, op, same_expr,
+                       stmt_reads, stmt_writes, walk)
 
 _ELEMENT_ONCE = {"sum", "prod", "max", "min", "sum_to", "add_at"}
 
@@ -128,3 +128,45 @@ def replace_reads(x, c, e):
             return None
         return op(x.name, *args)
     return x
+
+
+def split_kept(body, kept_ops, containers, namer):
+    """``body`` with each operation of ``kept_ops`` inside a larger expression computed into a
+    transient of its own just before its reader: ``k = tanh(W @ y) - c * y`` becomes
+    ``t = tanh(W @ y); k = t - c * y``. A gradient's backward then reads ``t`` where it would
+    evaluate ``tanh`` again, as it does when the program names that value itself; the native
+    forward evaluates such a vector-math operation into an array of its own either way."""
+    def split(e, out):
+        if not isinstance(e, Op):
+            return e
+        args = [split(a, out) for a in e.args]
+        e = e if all(a is b for a, b in zip(args, e.args)) else op(e.name, *args)
+        if e.name not in kept_ops:
+            return e
+        t = Container(namer(e.name), e.dtype, e.shape, "transient")
+        containers[t.name] = t
+        out.append(Assign(Ref(t), e))
+        return Read(Ref(t))
+
+    def root(e, out):
+        """``e`` split below its root (a root of ``kept_ops`` stays a statement's whole value)."""
+        if isinstance(e, Op) and e.name in kept_ops:
+            args = [split(a, out) for a in e.args]
+            return e if all(a is b for a, b in zip(args, e.args)) else op(e.name, *args)
+        return split(e, out)
+
+    def block(stmts):
+        out = []
+        for s in stmts:
+            s = map_blocks(s, block)
+            if isinstance(s, Assign):
+                expr = root(s.expr, out) if not s.accumulate else split(s.expr, out)
+                s = s if expr is s.expr else Assign(s.dst, expr, s.accumulate, s.loc)
+            elif isinstance(s, Call):
+                inputs = [split(x, out) for x in s.inputs]
+                if any(a is not b for a, b in zip(inputs, s.inputs)):
+                    s = Call(s.op, inputs, s.outputs, s.attrs, s.loc)
+            out.append(s)
+        return out
+
+    return block(body)
