@@ -22,6 +22,7 @@ from .passes.fuse import fuse_temporaries, split_kept
 from .passes.copies import propagate_copies
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
+from .passes.order import forward_independent_loops
 from .passes.outer import defer_outer_products
 from .passes.take import fuse_gathers
 from .ir.core import I64, Const, Container, Program
@@ -123,6 +124,7 @@ class _Compiled:
         backward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.backward,
                          gp.containers)
         gp.backward = _pass("share", lambda b: share_factorizations(gp.forward, b), backward, gp.containers)
+        gp.backward = _pass("order", lambda b: forward_independent_loops(b, outputs), gp.backward, gp.containers)
         verify(gp.forward + gp.backward, gp.containers)
         if backend == "native":
             fused = fuse_gathers(gp.forward, gp.backward)     # one analysis over both sweeps

@@ -299,6 +299,25 @@ def test_row_values_a_fused_nest_does_not_write_are_loaded_once_per_row():
     assert re.search(r"_ld\d+ = sum_1\[_i\d+, 0\]", src)     # ahead of the inner loop, not in it
 
 
+def rank_two_rows(C, A, B):
+    for i in range(C.shape[0]):
+        for k in range(A.shape[1]):
+            C[i, :i + 1] += A[:i + 1, k] * B[i, k] + B[:i + 1, k] * A[i, k]
+    return np.sum(C * C)
+
+
+def test_sums_into_one_gradient_commute_so_its_column_passes_share_a_nest():
+    # the adjoint writes g_A[:i + 1, k] and g_B[:i + 1, k], each also summed into at [i, k] from
+    # a dot product: the element sums run after the nest, which walks both columns in one pass
+    rng = np.random.default_rng(14)
+    args = (rng.standard_normal((5, 5)), rng.standard_normal((5, 3)), rng.standard_normal((5, 3)))
+    check_grad(rank_two_rows, args, ("C", "A", "B"), backend=native)
+    src = flowgrad.grad(rank_two_rows, wrt=("C", "A", "B"), backend=native).source(*args)
+    a = re.search(r"g_A\[(_i\d+), k\] \+=", src)
+    b = re.search(r"g_B\[(_i\d+), k\] \+=", src)
+    assert a and b and a.group(1) == b.group(1), src
+
+
 def overlapping_updates(V, A):
     n = V.shape[0]
     for i in range(n - 2, -1, -1):

@@ -396,6 +396,35 @@ def test_a_weight_gradient_product_is_computed_into_the_gradient(backend):
         np.testing.assert_array_equal(a, b)
 
 
+def rank_one_rows(alpha, C, A, B):
+    for i in range(C.shape[0]):
+        C[i, :] *= 0.5
+        for k in range(A.shape[1]):
+            C[i, :] += alpha * A[i, k] * B[k, :]
+    return np.sum(C * C)
+
+
+def running_sum(x, n):
+    for k in range(1, n):
+        x[k] = x[k] + 0.5 * x[k - 1]
+    return np.sum(x * x)
+
+
+def test_reversed_loops_whose_iterations_commute_run_forwards(backend):
+    # the adjoint of the k loop writes row k of g_B and element (i, k) of g_A, sums into g_alpha
+    # and keeps its dot product to itself: it walks the rows of g_B in ascending order
+    rng = np.random.default_rng(13)
+    args = (0.7, rng.standard_normal((4, 5)), rng.standard_normal((4, 3)), rng.standard_normal((3, 5)))
+    check_grad(rank_one_rows, args, ("alpha", "C", "A", "B"), backend=backend)
+    backward = flowgrad.grad(rank_one_rows, wrt=("alpha", "C", "A", "B"), backend=backend).ir(*args).split("# backward")[1]
+    assert "for k in 0:" in backward and "for i in reversed(" in backward, backward
+    # each iteration of the recurrence's adjoint reads what the one before it wrote: still reversed
+    args = (rng.standard_normal(6), 6)
+    check_grad(running_sum, args, ("x",), backend=backend)
+    backward = flowgrad.grad(running_sum, wrt=("x",), backend=backend).ir(*args).split("# backward")[1]
+    assert "for k in reversed(" in backward, backward
+
+
 def recurrent_steps(v, W, n_steps):
     for t in range(n_steps):
         v = np.tanh(W @ v + 0.5) * 0.9

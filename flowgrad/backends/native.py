@@ -381,7 +381,7 @@ class Lowering:
         if not (self.fusable(stmts[k]) or self.reduces(stmts[k])):
             return before, group, later
         for s in stmts[k + 1:]:
-            if isinstance(s, Assign) and s.dst.container.ndim == 0:
+            if isinstance(s, Assign) and not s.dst.shape:          # one element
                 pending.append(s)
                 continue
             if not self.joins(group, s) or any(_conflict(d, s) for d in later):
@@ -875,12 +875,28 @@ def _apart_in_inner_loop(a, b):
 
 
 def _conflict(a, b):
-    """Whether statements ``a`` and ``b`` may not swap: one writes what the other reads or writes."""
+    """Whether statements ``a`` and ``b`` may not swap: one writes what the other reads or writes.
+    Two sums into one container swap when neither reads it otherwise (``g[i, k] += s`` and
+    ``g[:, k] += v``, an adjoint's scalar and vector parts): only the order of the additions
+    changes, as it does where the functions reassociate."""
     wa = {w.container for w in stmt_writes(a)}
     wb = {w.container for w in stmt_writes(b)}
-    ra = {r.ref.container for r in stmt_reads(a)}
-    rb = {r.ref.container for r in stmt_reads(b)}
-    return bool(wa & (rb | wb) or ra & wb)
+    ra = {r.ref.container for r in _reads_besides_sum(a)}
+    rb = {r.ref.container for r in _reads_besides_sum(b)}
+    both = wa & wb
+    if both and not (_sums_into(a) and _sums_into(b)):
+        return True
+    return bool(wa & rb or ra & wb)
+
+
+def _sums_into(s):
+    return isinstance(s, Assign) and s.accumulate
+
+
+def _reads_besides_sum(s):
+    """``s``'s reads, without the read of its own destination that a sum ``x += e`` makes."""
+    reads = stmt_reads(s)
+    return reads[:-1] if _sums_into(s) else reads
 
 
 def _static_shape(c, params):
