@@ -425,6 +425,22 @@ def test_reversed_loops_whose_iterations_commute_run_forwards(backend):
     assert "for k in reversed(" in backward, backward
 
 
+def row_products(x, y, A):
+    for i in range(A.shape[0]):
+        x[i] += A[i, :] @ y
+    return np.sum(x * x)
+
+
+def test_a_scalar_adjoint_cleared_after_each_iteration_is_written_at_its_top(backend):
+    # g_matmul += g_x[i] ... g_matmul = 0 per reversed iteration: written at the top instead,
+    # which leaves the iterations independent, so the loop runs forwards
+    rng = np.random.default_rng(15)
+    args = (rng.standard_normal(5), rng.standard_normal(4), rng.standard_normal((5, 4)))
+    check_grad(row_products, args, ("x", "y", "A"), backend=backend)
+    backward = flowgrad.grad(row_products, wrt=("x", "y", "A"), backend=backend).ir(*args).split("# backward")[1]
+    assert "g_matmul = g_x[i]" in backward and "for i in 0:" in backward, backward
+
+
 def recurrent_steps(v, W, n_steps):
     for t in range(n_steps):
         v = np.tanh(W @ v + 0.5) * 0.9

@@ -782,8 +782,9 @@ def _read_counts(stmts):
 
 
 def _is_zero_fill(s, c=None):
+    """``c = 0`` (any container, or ``c``), an array cleared whole or a scalar."""
     return isinstance(s, Assign) and not s.accumulate and s.dst.is_whole() and const_value(s.expr) == 0 \
-        and s.dst.container.ndim > 0 and (c is None or s.dst.container is c)
+        and (c is None or s.dst.container is c)
 
 
 def _rotate_zero_resets(stmts, reads, zero_at_top=frozenset()):
