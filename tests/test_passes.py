@@ -441,6 +441,23 @@ def test_a_scalar_adjoint_cleared_after_each_iteration_is_written_at_its_top(bac
     assert "g_matmul = g_x[i]" in backward and "for i in 0:" in backward, backward
 
 
+def concatenated_steps(xs, h, W):
+    for t in range(xs.shape[0]):
+        z = np.concatenate((xs[t], h), axis=1)
+        h = np.tanh(z @ W)
+    return np.sum(h * h)
+
+
+def test_an_adjoint_cleared_in_parts_is_cleared_whole_and_written_not_accumulated(backend):
+    # the adjoint of the concatenation is handed on in two parts, each cleared after: one clear,
+    # which moves to the top of the body, so the product is read in place of it
+    rng = np.random.default_rng(16)
+    args = (rng.standard_normal((3, 2, 4)), rng.standard_normal((2, 5)), rng.standard_normal((9, 5)) * 0.5)
+    check_grad(concatenated_steps, args, ("xs", "h", "W"), backend=backend)
+    backward = flowgrad.grad(concatenated_steps, wrt=("xs", "h", "W"), backend=backend).ir(*args).split("# backward")[1]
+    assert "g_concat" not in backward, backward
+
+
 def recurrent_steps(v, W, n_steps):
     for t in range(n_steps):
         v = np.tanh(W @ v + 0.5) * 0.9

@@ -636,6 +636,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     if result in b.grads:
         top.append(Assign(Ref(b.grads[result]), Read(Ref(cotangent))))
     backward = _sink_zero_inits(top + backward)
+    backward = _merge_part_clears(backward)
     backward = _fold_zero_inits(_rotate_zero_resets(backward, _read_counts(backward)))
     backward = _replay_definitions(prog, backward)
     replayed = {loop.var.name: loop.body for loop in prog.body
@@ -832,6 +833,65 @@ def _rotate_zero_resets(stmts, reads, zero_at_top=frozenset()):
         out[k] = For(loop.var, loop.start, loop.stop, loop.step, body, loop.reverse, loop.loc)
         k += 1
     return out
+
+
+def _merge_part_clears(stmts):
+    """``g[:, :k] = 0`` followed by ``g[:, k:] = 0`` (the adjoint of a concatenation cleared as
+    its parts are handed on), with nothing in between touching the first part, becomes one clear
+    of ``g`` where the second was: a whole clear, which ``_rotate_zero_resets`` can move."""
+    out = [map_blocks(s, _merge_part_clears) for s in stmts]
+    k = 0
+    while k < len(out):
+        s = out[k]
+        if isinstance(s, Assign) and not s.accumulate and const_value(s.expr) == 0 and not s.dst.is_whole():
+            c = s.dst.container
+            for j in range(k + 1, len(out)):
+                t = out[j]
+                axis = _halves(s.dst, t.dst) if isinstance(t, Assign) and t.dst.container is c and \
+                    not t.accumulate and const_value(t.expr) == 0 else None
+                if axis is not None:
+                    out[j] = Assign(Ref(c), Const(0.0), loc=t.loc)
+                    del out[k]
+                    k -= 1
+                    break
+                if any(not apart(r.ref, s.dst) for u in walk([t]) for r in stmt_reads(u) if r.ref.container is c) or \
+                        any(not apart(w, s.dst) for u in walk([t]) for w in stmt_writes(u) if w.container is c):
+                    break
+        k += 1
+    return out
+
+
+def _split_axis(a, b):
+    """The one item position where views ``a`` and ``b`` of a container differ, both slices with
+    constant bounds and step 1, their other items whole; None otherwise."""
+    if a.perm is not None or b.perm is not None or len(a.items) != a.container.ndim or \
+            len(b.items) != a.container.ndim:
+        return None
+    differ = [p for p, (x, y) in enumerate(zip(a.items, b.items))
+              if not (isinstance(x, Slice) and isinstance(y, Slice) and same_expr(x.start, y.start)
+                      and same_expr(x.size, y.size))]
+    if len(differ) != 1:
+        return None
+    p = differ[0]
+    for q, (it, d) in enumerate(zip(a.items, a.container.shape)):
+        if q != p and not (isinstance(it, Slice) and const_value(it.start) == 0 and const_value(it.step) == 1
+                           and same_expr(it.size, d)):
+            return None
+    x, y = a.items[p], b.items[p]
+    if not (isinstance(x, Slice) and isinstance(y, Slice)) or \
+            any(const_value(v) is None for v in (x.start, x.size, y.start, y.size)) or \
+            const_value(x.step) != 1 or const_value(y.step) != 1:
+        return None
+    return p
+
+
+def _halves(a, b):
+    """The axis along which views ``a`` and ``b`` together cover their container exactly, else None."""
+    p = _split_axis(a, b)
+    if p is None:
+        return None
+    (s1, n1), (s2, n2) = sorted((const_value(v.start), const_value(v.size)) for v in (a.items[p], b.items[p]))
+    return p if s1 == 0 and s1 + n1 == s2 and const_value(a.container.shape[p]) == s2 + n2 else None
 
 
 def _leaves_zero(body, c):

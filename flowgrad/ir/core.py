@@ -483,8 +483,9 @@ def _indices_differ(p, q, ranges):
 
 def apart(a: Ref, b: Ref, ranges=None) -> bool:
     """Whether views ``a`` and ``b`` of one container provably share no element: along some
-    axis they fix different positions, or one fixes a position outside the other's unit-step
-    slice. ``ranges`` maps loop variables to their ``loop_range``."""
+    axis they fix different positions, one fixes a position outside the other's unit-step
+    slice, or their unit-step slices do not meet. ``ranges`` maps loop variables to their
+    ``loop_range``."""
     ranges = ranges or {}
     xs = [it for it in a.items if not isinstance(it, NewAxis)]
     ys = [it for it in b.items if not isinstance(it, NewAxis)]
@@ -496,6 +497,10 @@ def apart(a: Ref, b: Ref, ranges=None) -> bool:
             at, sl = (x.at, y) if isinstance(x, Index) else (y.at, x)
             d, n = difference(at, sl.start), const_value(sl.size)
             if const_value(sl.step) == 1 and d is not None and (d < 0 or n is not None and d >= n):
+                return True
+        elif isinstance(x, Slice) and isinstance(y, Slice) and const_value(x.step) == 1 and const_value(y.step) == 1:
+            d, nx, ny = difference(y.start, x.start), const_value(x.size), const_value(y.size)
+            if d is not None and (nx is not None and d >= nx or ny is not None and -d >= ny):
                 return True
     return False
 
