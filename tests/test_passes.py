@@ -166,6 +166,27 @@ def test_two_dimensional_stencil_adjoints_are_gathered(backend):
                for ln in backward.splitlines())
 
 
+def seven_point(A, B, n_steps):
+    for t in range(n_steps):
+        B[1:-1, 1:-1, 1:-1] = 0.1 * (A[1:-1, 1:-1, 1:-1] + A[2:, 1:-1, 1:-1] + A[:-2, 1:-1, 1:-1] + A[1:-1, 2:, 1:-1]
+                                     + A[1:-1, :-2, 1:-1] + A[1:-1, 1:-1, 2:] + A[1:-1, 1:-1, :-2])
+        A[1:-1, 1:-1, 1:-1] = B[1:-1, 1:-1, 1:-1] * 0.5
+    return np.sum(A * A) + np.sum(B * B)
+
+
+def test_a_three_dimensional_stencil_adjoint_is_gathered_in_parts(backend):
+    # all six shifts at once would make 125 pieces: the shifts along the first two axes gather
+    # into one sum per piece (25 pieces), those along the third into another (5)
+    rng = np.random.default_rng(4)
+    args = (rng.uniform(-1, 1, (6, 7, 8)), rng.uniform(-1, 1, (6, 7, 8)), 2)
+    check_grad(seven_point, args, ("A", "B"), backend=backend)
+    backward = flowgrad.grad(seven_point, wrt=("A", "B"), backend=backend).ir(*args).split("# backward")[1]
+    assert any(ln.strip().startswith("g_A[2:+2, 2:+3, 1:+6] +=") and ln.count("g_B[") == 4
+               for ln in backward.splitlines()), backward
+    assert any(ln.strip().startswith("g_A[1:+4, 1:+5, 2:+4] +=") and ln.count("g_B[") == 2
+               for ln in backward.splitlines()), backward
+
+
 def forward_substitution(L, b):
     n = b.shape[0]
     x = np.zeros(n)

@@ -25,13 +25,15 @@ def gather_shifted_sums(stmts):
     out, k = [], 0
     while k < len(stmts):
         run = _run(stmts, k)
-        plan = _segments(run) if len(run) > 1 else None
+        # the longest leading part of the run that gathers (a 7-point 3-D stencil's adjoint has
+        # too many pieces at once: its shifts along the first two axes gather, then the third's)
+        n, plan = next(((n, p) for n in range(len(run), 1, -1) for p in [_segments(run[:n])] if p is not None),
+                       (1, None))
         if plan is None:
             out.append(stmts[k])
-            k += 1
         else:
             out += plan
-            k += len(run)
+        k += n
     return out
 
 
