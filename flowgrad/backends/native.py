@@ -22,7 +22,7 @@ import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take,
                        DISJOINT, Ref, Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr,
-                       same_ref, stmt_reads, stmt_writes, view_offsets, walk)
+                       reads_besides_sum, same_ref, stmt_reads, stmt_writes, view_offsets, walk)
 from ..ir.printer import expr_text
 from .native_calls import CALL_LOWERING, _scalar_type, new_array, reduction_start, whole_reduction
 from .native_runtime import VECTOR_MATH
@@ -881,22 +881,11 @@ def _conflict(a, b):
     changes, as it does where the functions reassociate."""
     wa = {w.container for w in stmt_writes(a)}
     wb = {w.container for w in stmt_writes(b)}
-    ra = {r.ref.container for r in _reads_besides_sum(a)}
-    rb = {r.ref.container for r in _reads_besides_sum(b)}
-    both = wa & wb
-    if both and not (_sums_into(a) and _sums_into(b)):
+    ra = {r.ref.container for r in reads_besides_sum(a)}
+    rb = {r.ref.container for r in reads_besides_sum(b)}
+    if wa & wb and not all(isinstance(s, Assign) and s.accumulate for s in (a, b)):
         return True
     return bool(wa & rb or ra & wb)
-
-
-def _sums_into(s):
-    return isinstance(s, Assign) and s.accumulate
-
-
-def _reads_besides_sum(s):
-    """``s``'s reads, without the read of its own destination that a sum ``x += e`` makes."""
-    reads = stmt_reads(s)
-    return reads[:-1] if _sums_into(s) else reads
 
 
 def _static_shape(c, params):

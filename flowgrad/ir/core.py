@@ -751,3 +751,11 @@ def stmt_reads(s):
         for d in s.dst.container.shape:
             out += iter_reads(d)
     return out
+
+
+def reads_besides_sum(s):
+    """``stmt_reads(s)`` without the read of its own destination that a sum ``x += e`` makes."""
+    reads = stmt_reads(s)
+    if isinstance(s, Assign) and s.accumulate:
+        del reads[next(k for k, r in enumerate(reads) if r.ref is s.dst)]
+    return reads

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..ir.core import (Assign, Call, Const, For, Index, NewAxis, Op, Pop, Push, Read, While, map_blocks,
-                       same_expr, stmt_reads, stmt_writes, walk)
+                       reads_besides_sum, same_expr, stmt_reads, stmt_writes, walk)
 
 
 def forward_independent_loops(stmts, results):
@@ -83,8 +83,7 @@ def _summed_only(c, body):
     for s in body:
         if any(w.container is c for w in stmt_writes(s)) and not (isinstance(s, Assign) and s.accumulate):
             return False
-        own = stmt_reads(s)[:-1] if isinstance(s, Assign) and s.accumulate else stmt_reads(s)
-        if any(r.ref.container is c for r in own):
+        if any(r.ref.container is c for r in reads_besides_sum(s)):
             return False
     return True
 
