@@ -106,7 +106,7 @@ class _Compiled:
         outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
         gp, live = self.gp, set()
         backward = _pass("gather", gather_shifted_sums, gp.backward, gp.containers)
-        backward = _pass("copies", propagate_copies, backward, gp.containers)
+        backward = _pass("copies", lambda b: propagate_copies(b, outputs), backward, gp.containers)
 
         def backward_dce(b):
             out, found = eliminate_dead(b, outputs)

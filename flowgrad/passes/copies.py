@@ -24,11 +24,14 @@ from ..ir.core import (Assign, Call, Index, NewAxis, Op, Read, Ref, If, For, Sli
                        same_expr, same_ref, stmt_reads, stmt_writes, walk)
 
 
-def propagate_copies(stmts):
+def propagate_copies(stmts, results=()):
     """``stmts`` with reads of array copies redirected to their originals, and calls whose one
-    result is copied writing the copy's destination (see the module)."""
+    result is copied writing the copy's destination (see the module); ``results``: the
+    containers handed to the caller."""
     out = _propagate(stmts)
     reads = Counter(x.ref.container for s in walk(out) for x in stmt_reads(s))
+    for c in results:
+        reads[c] += 1                     # read after the program
     return _retarget(out, reads)
 
 
