@@ -15,8 +15,8 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
                        Push, Read, Ref, Slice, While, apart, broadcast_shapes, child_blocks, const_value, data_reads,
-                       is_float, iter_reads, loop_range, map_blocks, same_expr, same_ref, scalar, stmt_reads,
-                       stmt_writes, walk)
+                       difference, is_float, iter_reads, loop_range, map_blocks, same_expr, same_ref, scalar,
+                       stmt_reads, stmt_writes, walk)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
@@ -723,8 +723,7 @@ def _sink_zero_inits(stmts):
     k = 0
     while k < len(out):
         s = out[k]
-        if isinstance(s, Assign) and not s.accumulate and s.dst.is_whole() and const_value(s.expr) == 0 \
-                and s.dst.container.ndim:
+        if _clears(s) and s.dst.is_whole() and s.dst.container.ndim:
             c = s.dst.container
             for j in range(k + 1, len(out)):
                 t = out[j]
@@ -782,10 +781,14 @@ def _read_counts(stmts):
     return counts
 
 
+def _clears(s):
+    """Whether ``s`` writes zero into a view (``g[v] = 0``)."""
+    return isinstance(s, Assign) and not s.accumulate and const_value(s.expr) == 0
+
+
 def _is_zero_fill(s, c=None):
     """``c = 0`` (any container, or ``c``), an array cleared whole or a scalar."""
-    return isinstance(s, Assign) and not s.accumulate and s.dst.is_whole() and const_value(s.expr) == 0 \
-        and (c is None or s.dst.container is c)
+    return _clears(s) and s.dst.is_whole() and (c is None or s.dst.container is c)
 
 
 def _rotate_zero_resets(stmts, reads, zero_at_top=frozenset()):
@@ -843,13 +846,11 @@ def _merge_part_clears(stmts):
     k = 0
     while k < len(out):
         s = out[k]
-        if isinstance(s, Assign) and not s.accumulate and const_value(s.expr) == 0 and not s.dst.is_whole():
+        if _clears(s) and not s.dst.is_whole():
             c = s.dst.container
             for j in range(k + 1, len(out)):
                 t = out[j]
-                axis = _halves(s.dst, t.dst) if isinstance(t, Assign) and t.dst.container is c and \
-                    not t.accumulate and const_value(t.expr) == 0 else None
-                if axis is not None:
+                if _clears(t) and t.dst.container is c and _halves(s.dst, t.dst):
                     out[j] = Assign(Ref(c), Const(0.0), loc=t.loc)
                     del out[k]
                     k -= 1
@@ -861,37 +862,27 @@ def _merge_part_clears(stmts):
     return out
 
 
-def _split_axis(a, b):
-    """The one item position where views ``a`` and ``b`` of a container differ, both slices with
-    constant bounds and step 1, their other items whole; None otherwise."""
-    if a.perm is not None or b.perm is not None or len(a.items) != a.container.ndim or \
-            len(b.items) != a.container.ndim:
-        return None
+def _halves(a, b):
+    """Whether views ``a`` and ``b`` of one container together cover it exactly: alike but along
+    one axis, where their unit-step slices meet."""
+    if a.perm is not None or b.perm is not None or len(a.items) != len(b.items):
+        return False
     differ = [p for p, (x, y) in enumerate(zip(a.items, b.items))
               if not (isinstance(x, Slice) and isinstance(y, Slice) and same_expr(x.start, y.start)
-                      and same_expr(x.size, y.size))]
+                      and same_expr(x.size, y.size) and same_expr(x.step, y.step))]
     if len(differ) != 1:
-        return None
+        return False
     p = differ[0]
-    for q, (it, d) in enumerate(zip(a.items, a.container.shape)):
-        if q != p and not (isinstance(it, Slice) and const_value(it.start) == 0 and const_value(it.step) == 1
-                           and same_expr(it.size, d)):
-            return None
     x, y = a.items[p], b.items[p]
-    if not (isinstance(x, Slice) and isinstance(y, Slice)) or \
-            any(const_value(v) is None for v in (x.start, x.size, y.start, y.size)) or \
-            const_value(x.step) != 1 or const_value(y.step) != 1:
-        return None
-    return p
-
-
-def _halves(a, b):
-    """The axis along which views ``a`` and ``b`` together cover their container exactly, else None."""
-    p = _split_axis(a, b)
-    if p is None:
-        return None
-    (s1, n1), (s2, n2) = sorted((const_value(v.start), const_value(v.size)) for v in (a.items[p], b.items[p]))
-    return p if s1 == 0 and s1 + n1 == s2 and const_value(a.container.shape[p]) == s2 + n2 else None
+    if not (isinstance(x, Slice) and isinstance(y, Slice)) or const_value(x.step) != 1 or const_value(y.step) != 1:
+        return False
+    if difference(x.start, y.start + y.size) == 0:
+        x, y = y, x                       # y's part comes first
+    if difference(y.start, x.start + x.size) != 0:
+        return False
+    items = list(a.items)
+    items[p] = Slice(x.start, x.size + y.size, Const(1))
+    return Ref(a.container, items).is_whole()
 
 
 def _leaves_zero(body, c):
@@ -915,7 +906,7 @@ def _fold_zero_inits(stmts):
     k = 0
     while k < len(out):
         s = out[k]
-        if isinstance(s, Assign) and not s.accumulate and const_value(s.expr) == 0:
+        if _clears(s):
             c = s.dst.container
             for j in range(k + 1, len(out)):
                 t = out[j]

@@ -136,31 +136,26 @@ def split_kept(body, kept_ops, containers, namer):
     ``t = tanh(W @ y); k = t - c * y``. A gradient's backward then reads ``t`` where it would
     evaluate ``tanh`` again, as it does when the program names that value itself; the native
     forward evaluates such a vector-math operation into an array of its own either way."""
-    def split(e, out, loc):
+    def split(e, out, loc, whole=False):
+        """``e`` with its ``kept_ops`` operations read from statements added to ``out``; with
+        ``whole``, ``e`` is a statement's whole value, which stays that statement's own."""
         if not isinstance(e, Op):
             return e
         args = [split(a, out, loc) for a in e.args]
         e = e if all(a is b for a, b in zip(args, e.args)) else op(e.name, *args)
-        if e.name not in kept_ops:
+        if e.name not in kept_ops or whole:
             return e
         t = Container(namer(e.name), e.dtype, e.shape, "transient")
         containers[t.name] = t
         out.append(Assign(Ref(t), e, loc=loc))
         return Read(Ref(t))
 
-    def root(e, out, loc):
-        """``e`` split below its root (a root of ``kept_ops`` stays a statement's whole value)."""
-        if isinstance(e, Op) and e.name in kept_ops:
-            args = [split(a, out, loc) for a in e.args]
-            return e if all(a is b for a, b in zip(args, e.args)) else op(e.name, *args)
-        return split(e, out, loc)
-
     def block(stmts):
         out = []
         for s in stmts:
             s = map_blocks(s, block)
             if isinstance(s, Assign):
-                expr = (split if s.accumulate else root)(s.expr, out, s.loc)
+                expr = split(s.expr, out, s.loc, whole=not s.accumulate)
                 s = s if expr is s.expr else Assign(s.dst, expr, s.accumulate, s.loc)
             elif isinstance(s, Call):
                 inputs = [split(x, out, s.loc) for x in s.inputs]
