@@ -124,7 +124,7 @@ class _Compiled:
         backward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.backward,
                          gp.containers)
         gp.backward = _pass("share", lambda b: share_factorizations(gp.forward, b), backward, gp.containers)
-        gp.backward = _pass("order", lambda b: forward_independent_loops(b, outputs), gp.backward, gp.containers)
+        gp.backward = _pass("order", lambda b: forward_independent_loops(b, outputs, gp.containers, cap.namer), gp.backward, gp.containers)
         verify(gp.forward + gp.backward, gp.containers)
         if backend == "native":
             fused = fuse_gathers(gp.forward, gp.backward)     # one analysis over both sweeps

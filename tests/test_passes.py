@@ -1,5 +1,7 @@
 """IR passes that change the program for speed (run on every backend): the change shows in the
 IR, and values and gradients stay those of the original program."""
+import re
+
 import numpy as np
 import pytest
 
@@ -460,6 +462,24 @@ def test_a_scalar_adjoint_cleared_after_each_iteration_is_written_at_its_top(bac
     check_grad(row_products, args, ("x", "y", "A"), backend=backend)
     backward = flowgrad.grad(row_products, wrt=("x", "y", "A"), backend=backend).ir(*args).split("# backward")[1]
     assert "g_matmul = g_x[i]" in backward and "for i in 0:" in backward, backward
+
+
+def column_products(x, y, A):
+    for i in range(A.shape[1] - 1):
+        x[i + 1] += A[:, i] @ y
+    return np.sum(x * x)
+
+
+def test_a_column_loop_adjoint_is_interchanged_to_walk_rows(backend):
+    # for i: g_A[:, i] = g * y; g_y += g * A[:, i], with g = g_x[i + 1]: the loop over the rows goes
+    # outside, so each row of g_A is written in one pass and g_y[j] sums a row
+    rng = np.random.default_rng(17)
+    args = (rng.standard_normal(5), rng.standard_normal(6), rng.standard_normal((6, 5)))
+    check_grad(column_products, args, ("x", "y", "A"), backend=backend)
+    backward = flowgrad.grad(column_products, wrt=("x", "y", "A"), backend=backend).ir(*args).split("# backward")[1]
+    assert re.search(r"g_A\[j\w*, 0:\+4\] \+?= \(g_x\[1:\+4\] \* y\[j\w*\]\)", backward), backward
+    assert re.search(r"g_y\[j\w*\] \+= gsum", backward), backward
+    assert "for i in" not in backward, backward
 
 
 def concatenated_steps(xs, h, W):

@@ -13,6 +13,15 @@ container the body writes is
 
 and the body neither pushes nor pops a tape (whose entries come back in reverse order).
 
+Such a loop around statements over one axis of their own, which cross what it writes along a less
+contiguous axis than the loop's (``g_A[:, i] = g * y``, ``g_y += g * A[:, i]`` over ``i``), is then
+interchanged: the loop over that axis goes outside and the loop's iterations become the statements'
+elements (``g_A[j, :] = g_x * y[j]``, ``g_y[j] += sum(g_x * A[j, :])``). A sum into a part the loop
+does not move becomes a sum over the elements; a scalar the body defines from what it does not
+write is substituted into its uses. mvt's column-loop adjoint, which wrote ``g_A`` a column at a
+time, ran 10x faster interchanged (23.7 against 2.3 ms at n = 2000): each row is now written in
+one contiguous pass.
+
 Why: the reversed loop walks the rows it touches from the last to the first. A loop nest whose
 rows are in L2 ran 2.5-3x slower that way than in ascending order in a measurement of gemm's
 adjoint (``g_B[k, :] += g_C[i, :] * a``, ``s = g_C[i, :] @ B[k, :]`` over ``k``): the hardware
@@ -22,25 +31,31 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..ir.core import (Assign, Call, Const, For, Index, NewAxis, Op, Pop, Push, Read, While, map_blocks,
-                       reads_besides_sum, same_expr, stmt_reads, stmt_writes, walk)
+from ..ir.core import (I64, Assign, Call, Const, Container, For, Index, NewAxis, Op, Pop, Push, Read, Ref, Slice,
+                       While, const_value, is_cheap, iter_reads, map_blocks, op, reads_besides_sum, same_expr,
+                       same_ref, scalar, stmt_reads, stmt_writes, walk)
 
 
-def forward_independent_loops(stmts, results):
-    """``stmts`` with its reversed loops whose iterations commute run forwards (see the module);
-    ``results``: the containers handed to the caller."""
+def forward_independent_loops(stmts, results, containers, namer):
+    """``stmts`` with its reversed loops whose iterations commute run forwards, and interchanged
+    where that walks memory in order (see the module); ``results``: the containers handed to the
+    caller; new containers go into ``containers``, named by ``namer``."""
     reads = Counter(r.ref.container for s in walk(stmts) for r in stmt_reads(s))
     for c in results:
         reads[c] += 1                     # read after the program
-    return _block(stmts, reads)
+    return _block(stmts, reads, containers, namer)
 
 
-def _block(stmts, reads):
+def _block(stmts, reads, containers, namer):
     out = []
     for s in stmts:
-        s = map_blocks(s, lambda b: _block(b, reads))
+        s = map_blocks(s, lambda b: _block(b, reads, containers, namer))
         if isinstance(s, For) and s.reverse and _independent(s, reads):
             s = For(s.var, s.start, s.stop, s.step, s.body, False, s.loc)
+            try:
+                s = _interchanged(s, containers, namer)
+            except _Unfit:
+                pass
         out.append(s)
     return out
 
@@ -113,6 +128,144 @@ def _shifted(e, var):
         return e.ref.container is var
     return isinstance(e, Op) and e.name in ("add", "subtract") and len(e.args) == 2 and \
         _shifted(e.args[0], var) and isinstance(e.args[1], Const)
+
+
+# ---------------------------------------------------------------- interchange
+
+
+class _Unfit(Exception):
+    """The loop is not one ``_interchanged`` turns inside out."""
+
+
+def _interchanged(loop, containers, namer):
+    """``loop`` (independent, running forwards) with the axis its statements walk outside and its
+    own iterations as their elements (see the module); raises ``_Unfit`` where it does not apply or
+    would not walk the written arrays more contiguously."""
+    start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
+    if None in (start, stop, step) or step < 1 or stop - start < 2 * step:
+        raise _Unfit
+    trips = (stop - start + step - 1) // step
+    written = {w.container for s in walk(loop.body) for w in stmt_writes(s)}
+    k = 0
+    while k < len(loop.body) and _scalar_def(loop.body[k]):
+        k += 1
+    defs, stmts = loop.body[:k], loop.body[k:]
+    if not stmts or not all(isinstance(s, Assign) and len(s.dst.shape) == 1 for s in stmts):
+        raise _Unfit
+    m = stmts[0].dst.shape[0]
+    if const_value(m) == 1 or any(not same_expr(s.dst.shape[0], m) for s in stmts) or \
+            any(r.ref.container in written | {loop.var} for r in iter_reads(m)):
+        raise _Unfit
+    _elementwise(stmts)
+    j = Container(namer("j"), I64, ())
+    containers[j.name] = j
+    vec = _Vectorise(loop, trips, m, scalar(j), written)
+    for s in defs:
+        if not is_cheap(s.expr) or any(r.ref.container in written and r.ref.container not in vec.defs
+                                       for r in iter_reads(s.expr)):
+            raise _Unfit
+        vec.defs[s.dst.container] = vec.expr(s.expr)
+    body = []
+    for s in stmts:
+        dst = vec.ref(s.dst, weight=2)
+        expr = vec.expr(s.expr)
+        if dst.shape:
+            body.append(Assign(dst, expr, s.accumulate, s.loc))
+        elif s.accumulate and expr.shape:        # a sum over the iterations
+            total = Container(namer("gsum"), expr.dtype, ())
+            containers[total.name] = total
+            body += [Call("sum", [expr], [total], {"axis": None, "keepdims": False}, s.loc),
+                     Assign(dst, scalar(total), True, s.loc)]
+        else:
+            raise _Unfit
+    if vec.score <= 0:
+        raise _Unfit
+    return For(j, 0, m, 1, body, False, loop.loc)
+
+
+def _scalar_def(s):
+    return isinstance(s, Assign) and not s.accumulate and s.dst.container.ndim == 0
+
+
+def _elementwise(stmts):
+    """Each container the statements write is written through one view and read only there, so
+    their order per element is all that matters."""
+    views = {}
+    for s in stmts:
+        if not same_ref(views.setdefault(s.dst.container, s.dst), s.dst):
+            raise _Unfit
+    for s in stmts:
+        if any(r.ref.container in views and not same_ref(r.ref, views[r.ref.container])
+               for r in list(iter_reads(s.expr)) + [r for e in s.dst.index_exprs() for r in iter_reads(e)]):
+            raise _Unfit
+
+
+class _Vectorise:
+    """Rewrites a loop body's views and expressions over the loop's iterations at one element ``j``
+    of the body's axis; ``score`` counts the views the interchange walks more contiguously (less
+    the ones it walks less so)."""
+
+    def __init__(self, loop, trips, m, j, written):
+        self.loop, self.trips, self.m, self.j, self.written = loop, trips, m, j, written
+        self.defs = {}
+        self.score = 0
+
+    def expr(self, e):
+        if isinstance(e, Const):
+            return e
+        if isinstance(e, Read):
+            c = e.ref.container
+            if c in self.defs and len(e.ref.shape) <= 1:
+                return self.defs[c]
+            if c is self.loop.var or c.ndim == 0 and c in self.written:
+                raise _Unfit
+            return Read(self.ref(e.ref, weight=1))
+        if isinstance(e, Op):
+            return op(e.name, *(self.expr(a) for a in e.args))
+        raise _Unfit
+
+    def ref(self, ref, weight):
+        """``ref`` at element ``j`` of the body's axis, over the loop's iterations where it moves
+        with them."""
+        var = self.loop.var
+        if ref.perm is not None or len(ref.shape) > 1 or \
+                len(ref.shape) == 1 and const_value(ref.shape[0]) != 1 and not same_expr(ref.shape[0], self.m):
+            raise _Unfit
+        items, axis, moves, walks = [], 0, None, None
+        for it in ref.items:
+            if isinstance(it, NewAxis):
+                continue                        # broadcast along the body's axis
+            uses = {r.ref.container for e in _exprs(it) for r in iter_reads(e)}
+            if uses & self.written:
+                raise _Unfit
+            if var in uses:
+                if moves is not None or not isinstance(it, Index) or not _shifted(it.at, var):
+                    raise _Unfit
+                moves = axis
+                items.append(Slice(_at_start(it.at, var, self.loop.start), self.trips, self.loop.step))
+            elif isinstance(it, Slice):         # the body's axis (or one element of a broadcast)
+                walks = axis
+                at = it.start if const_value(it.size) == 1 else op("add", it.start, op("multiply", self.j, it.step))
+                items.append(Index(at))
+            else:
+                items.append(it)
+            axis += 1
+        if moves is not None and walks is not None and const_value(ref.shape[0]) != 1:
+            self.score += weight if moves > walks else -weight
+        return Ref(ref.container, items)
+
+
+def _exprs(it):
+    if isinstance(it, Index):
+        return (it.at,)
+    return (it.start, it.size, it.step)
+
+
+def _at_start(e, var, start):
+    """``e`` (``var`` or ``var`` plus or minus a constant) at ``var = start``."""
+    if isinstance(e, Read):
+        return start
+    return op(e.name, _at_start(e.args[0], var, start), e.args[1])
 
 
 __all__ = ["forward_independent_loops"]
