@@ -154,8 +154,25 @@ def test_workspace_reuse_keeps_returned_arrays_and_release_works():
         np.testing.assert_allclose(a, b, rtol=1e-12)
     src = g.source(u1, 0.1, 7)
     # one capacity check per tape before the time loop, none per push inside it
-    grows = [line for line in src.splitlines() if "_rt.grow(" in line]
+    grows = [line for line in src.splitlines() if "_rt.room(" in line and "_ws[" not in line]
     assert grows and all("_rt.trip_count(0, n_steps, 1) *" in line for line in grows)
+
+
+def triangular_overwrites(x, w):
+    for k in range(1, x.shape[0]):
+        x[:k] = np.sin(x[:k]) * w + x[k]          # overwrites (and saves) k elements
+    return np.sum(x * x)
+
+
+def test_a_loop_whose_pushes_grow_with_its_index_reserves_their_sum_before_it():
+    rng = np.random.default_rng(5)
+    args = (rng.uniform(-1, 1, 9), 0.7)
+    check_grad(triangular_overwrites, args, ("x", "w"), backend=native)
+    src = flowgrad.grad(triangular_overwrites, wrt=("x", "w"), backend=native).source(*args)
+    lines = src.splitlines()
+    rooms = [line for line in lines if "_rt.room(" in line]
+    assert rooms and all(line.startswith("    tape") for line in rooms), src   # none inside a loop
+    assert any("+= (np.maximum(0, k))" in line for line in lines), src          # the loop adding them up
 
 
 def test_returned_arrays_are_recycled_only_once_the_caller_lets_go():
