@@ -158,6 +158,21 @@ def test_workspace_reuse_keeps_returned_arrays_and_release_works():
     assert grows and all("_rt.trip_count(0, n_steps, 1) *" in line for line in grows)
 
 
+def summed_products(xs, W):
+    h = np.zeros((xs.shape[1], W.shape[1]))
+    for t in range(xs.shape[0]):
+        h = np.tanh(xs[t] @ W + h)               # g_W += xs[t].T @ (adjoint of the product), each step
+    return np.sum(h * h)
+
+
+def test_a_weight_gradient_summed_over_steps_adds_each_product_in_its_blas_call():
+    rng = np.random.default_rng(6)
+    args = (rng.standard_normal((4, 5, 3)), rng.standard_normal((3, 6)) * 0.5)
+    check_grad(summed_products, args, ("xs", "W"), backend=native)
+    src = flowgrad.grad(summed_products, wrt=("xs", "W"), backend=native).source(*args)
+    assert "_rt.matmul_tn_acc(" in src and "g_W)" in src, src     # no product array added to g_W
+
+
 def triangular_overwrites(x, w):
     for k in range(1, x.shape[0]):
         x[:k] = np.sin(x[:k]) * w + x[k]          # overwrites (and saves) k elements

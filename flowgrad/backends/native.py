@@ -17,14 +17,15 @@ import os
 import re
 import sys
 import warnings
+from collections import Counter
 
 import numpy as np
 
-from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take,
-                       DISJOINT, Ref, Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr,
+from ..ir.core import (F64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take,
+                       DISJOINT, Ref, Slice, While, broadcast_shapes, child_blocks, const_value, is_cheap, iter_reads, same_expr,
                        reads_besides_sum, same_ref, stmt_reads, stmt_writes, view_offsets, walk)
 from ..ir.printer import expr_text
-from .native_calls import CALL_LOWERING, _scalar_type, new_array, reduction_start, whole_reduction
+from .native_calls import CALL_LOWERING, _scalar_type, lower_product_sum, new_array, reduction_start, whole_reduction
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 
@@ -63,8 +64,9 @@ def _smaller(shape, space):
 class Lowering:
     """Emits Numba-compilable source for a list of IR statements."""
 
-    def __init__(self, containers):
+    def __init__(self, containers, body=()):
         self.containers = containers
+        self.product_sums = _product_sums(body)      # calls lowered with the sum that follows them
         self.lines = []
         self.counter = 0
         self.allocated_at_start = set()
@@ -355,6 +357,9 @@ class Lowering:
             self.line("pass", ind)
         k = 0
         while k < len(stmts):
+            if self.product_sum(stmts, k, ind):
+                k += 2
+                continue
             before, group, later = self.gather(stmts, k)
             if len(group) > 1:
                 for s in before:
@@ -365,6 +370,16 @@ class Lowering:
             else:
                 self.stmt(stmts[k], ind)
             k += len(before) + len(group) + len(later)
+
+    def product_sum(self, stmts, k, ind):
+        """Lower ``t = matmul_tn_flat(a, g); w += t`` as one BLAS call adding the product to ``w``
+        (see ``lower_product_sum``) where every read of ``t`` is such a sum, and say whether it
+        did: a weight gradient summed over the uses of the weight, the steps of a loop or the row
+        blocks of the outer-product pass then needs no product array and no pass adding it."""
+        if id(stmts[k]) not in self.product_sums:
+            return False
+        lower_product_sum(self, stmts[k], stmts[k + 1].dst, ind)
+        return True
 
     def gather(self, stmts, k):
         """The loop-nest group starting at ``stmts[k]`` (see ``joins``), with the scalar statements
@@ -862,6 +877,24 @@ HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import nativ
           "_jit_parallel = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'}, parallel=_rt.PRANGE)\n\n")
 
 
+def _product_sums(body):
+    """The ``matmul_tn_flat`` calls of ``body`` whose product is read only by sums into whole
+    float64 matrices right after them (``t = matmul_tn_flat(a, g); w += t``), by ``id``."""
+    reads = Counter(r.ref.container for s in walk(body) for r in stmt_reads(s))
+    found = {}
+    for block in [body] + [b for s in walk(body) for b in child_blocks(s)]:
+        for s, t in zip(block, block[1:]):
+            if not (isinstance(s, Call) and s.op == "matmul_tn_flat" and isinstance(t, Assign) and t.accumulate
+                    and isinstance(t.expr, Read)):
+                continue
+            product, w = s.outputs[0], t.dst.container
+            if t.expr.ref.container is product and t.expr.ref.is_whole() and t.dst.is_whole() and w.ndim == 2 \
+                    and w.dtype == product.dtype == F64 \
+                    and not any(r.ref.container is w for e in s.inputs for r in iter_reads(e)):
+                found.setdefault(product, []).append(id(s))
+    return {k for product, calls in found.items() if len(calls) == reads[product] for k in calls}
+
+
 def _reads_ahead(w, r):
     """Whether view ``r`` of the container that view ``w`` writes holds, at each position of the
     nest over ``w``, an element the nest writes at that position or later, or never."""
@@ -978,7 +1011,7 @@ def _finish(low, name, entry, returns):
 
 def emit_forward(prog) -> str:
     """``<name>(*params, _ws, _out) -> (result, workspace)``."""
-    low = Lowering(prog.containers)
+    low = Lowering(prog.containers, prog.body)
     names = ", ".join(p.name for p in prog.params)
     low.line("@_jit", 0)
     low.line(f"def {prog.name}({names}{', ' if names else ''}_ws, _out):", 0)
@@ -992,7 +1025,7 @@ def emit_forward(prog) -> str:
 def emit_grad(prog, gp, wrt) -> str:
     """``<name>_grad(*params, cotangent, _ws, _out) -> (result, (grads...), workspace)``:
     forward and backward in one function."""
-    low = Lowering(gp.containers)
+    low = Lowering(gp.containers, gp.forward + gp.backward)
     names = ", ".join([p.name for p in prog.params] + [gp.cotangent.name])
     low.line("@_jit", 0)
     low.line(f"def {prog.name}_grad({names}, _ws, _out):", 0)

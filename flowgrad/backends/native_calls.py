@@ -170,6 +170,15 @@ def _lower_matmul_tn_flat(low, s, ind):
         low.line(f"{c.name} = np.dot({product})", ind)
 
 
+def lower_product_sum(low, s, dst, ind):
+    """``dst += a.T @ g`` for a ``matmul_tn_flat`` call ``s`` whose product is only added to
+    ``dst`` (a whole C-ordered container): one BLAS call adding to ``dst``."""
+    a, g = s.inputs
+    sa, sg = _operand_array(low, a, ind), _operand_array(low, g, ind)
+    low.line(f"_rt.matmul_tn_acc(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}), "
+             f"np.ascontiguousarray({sg}).reshape(-1, {low.src(g.shape[-1])}), {dst.container.name})", ind)
+
+
 def _lower_matmul(low, s, ind):
     a, b = s.inputs
     c = s.outputs[0]

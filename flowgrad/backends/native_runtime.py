@@ -45,6 +45,28 @@ else:
         return a
 
 
+# BLAS ``xgemm`` as Numba's own ``np.dot`` calls it (column-major; ``numba_xxgemm`` from its helper
+# library, which binds SciPy's BLAS): ``kind, transa, transb, m, n, k, &alpha, a, lda, b, ldb,
+# &beta, c, ldc``, pointers as addresses. Declared by symbol, like ``madvise``, so callers stay
+# cacheable on disk.
+_I8, _IP = numba.types.int8, numba.types.intp
+_XXGEMM = numba.types.ExternalFunction("numba_xxgemm", numba.types.int32(
+    _I8, _I8, _I8, _IP, _IP, _IP, numba.types.uintp, numba.types.uintp, _IP, numba.types.uintp, _IP,
+    numba.types.uintp, numba.types.uintp, _IP))
+
+
+@_jit
+def matmul_tn_acc(x, y, out):
+    """``out += x.T @ y`` for C-ordered float64 ``x`` (r, n), ``y`` (r, m) and ``out`` (n, m), in
+    one BLAS call that adds the product to ``out`` (``beta = 1``): no product array, and no pass
+    adding it. In column-major terms ``out.T += y.T @ x``."""
+    r, n = x.shape
+    m = y.shape[1]
+    scales = np.ones(2)
+    _XXGEMM(ord("d"), ord("n"), ord("t"), m, n, r, scales.ctypes.data, y.ctypes.data, max(m, 1),
+            x.ctypes.data, max(n, 1), scales.ctypes.data + 8, out.ctypes.data, max(m, 1))
+
+
 @_jit
 def fitted(buf, shape, zeros):
     """``buf`` when it has ``shape``, else a fresh array of that shape (zeroed with ``zeros``), for
