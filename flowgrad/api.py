@@ -22,6 +22,7 @@ from .passes.fuse import fuse_temporaries, split_kept
 from .passes.copies import propagate_copies
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
+from .passes.late import gather_after_products
 from .passes.order import forward_independent_loops
 from .passes.outer import defer_outer_products
 from .passes.take import fuse_gathers
@@ -69,6 +70,7 @@ class _Compiled:
         body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result], kept_ops=kept), body,
                      containers)
         body = _pass("dce", lambda b: eliminate_dead(b, {cap.result})[0], body, containers)
+        body = _pass("late", lambda b: gather_after_products(b, containers, cap.namer), body, containers)
         if mode == "forward":
             body = _pass("hoist", lambda b: hoist_factorizations(b, containers, cap.namer), body, containers)
         self.prog = Program(name, cap.params, body, [cap.result], cap.containers)

@@ -532,3 +532,28 @@ def test_outer_product_updates_in_a_loop_become_one_product_after_it(backend):
     assert "stack_g_W" not in backward
     small = (args[0][:5], args[1][:5, :5], 6)
     assert "stack_g_W" not in flowgrad.grad(recurrent_steps, wrt=("v", "W"), backend=backend).ir(*small)
+
+
+def edge_messages(x, W, v, src, dst):
+    msg = x[src] @ W                  # 12 edges over 4 nodes: multiplied per node, then gathered
+    agg = np.zeros((x.shape[0], W.shape[1]))
+    np.add.at(agg, dst, msg)
+    x[src[0]] += 1.0                  # x written after the product: the product saw the old x
+    score = x[src] @ v                # a matrix-vector product, gathered the same way
+    few = x[src[:2]] @ W              # 2 rows of 4: gathered first, as written
+    return np.sum(np.tanh(agg) ** 2) + np.sum(score * score) + np.sum(few * x[1:3, :3])
+
+
+def test_a_product_of_gathered_rows_is_the_gather_of_the_product(backend):
+    rng = np.random.default_rng(18)
+    args = (rng.standard_normal((4, 5)), rng.standard_normal((5, 3)), rng.standard_normal(5),
+            rng.integers(0, 4, 12), rng.integers(0, 4, 12))
+    check_forward(edge_messages, args, backend)
+    check_grad(edge_messages, args, ("x", "W", "v"), backend=backend)
+    ir = flowgrad.grad(edge_messages, wrt=("x", "W", "v"), backend=backend).ir(*args)
+    forward, backward = ir.split("# backward")
+    assert len(re.findall(r"rows\w* = matmul\(x\w*, (W|v)\b", forward)) == 2, forward
+    assert len(re.findall(r"= gather\(rows\w*, src", forward)) == 2, forward
+    assert re.search(r"= matmul\(gather\w*, W\)", forward), forward          # the 2-row gather
+    # the edge adjoints are summed per node before the weight gradient's product
+    assert re.search(r"matmul_tn_flat\(x\w*, g_rows", backward), backward
