@@ -23,6 +23,7 @@ from .passes.copies import propagate_copies
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
 from .passes.late import gather_after_products
+from .passes.pack import pack_strided_views
 from .passes.order import forward_independent_loops
 from .passes.outer import defer_outer_products
 from .passes.take import fuse_gathers
@@ -89,6 +90,8 @@ class _Compiled:
         if mode == "forward":
             if backend == "native":
                 self.prog.body = _pass("take", lambda b: fuse_gathers(b)[0], self.prog.body, containers)
+                self.prog.body = _pass("pack", lambda b: pack_strided_views(b, containers, cap.namer),
+                                       self.prog.body, containers)
                 self.src = native_backend.emit_forward(self.prog)
                 self.func = self.kernel = native_backend.compile_source(self.src, name)
             else:
@@ -132,6 +135,9 @@ class _Compiled:
             fused = fuse_gathers(gp.forward, gp.backward)     # one analysis over both sweeps
             gp.forward = _pass("take", lambda b: fused[0], gp.forward, gp.containers)
             gp.backward = _pass("take", lambda b: fused[1], gp.backward, gp.containers)
+            for sweep in ("forward", "backward"):
+                setattr(gp, sweep, _pass("pack", lambda b: pack_strided_views(b, gp.containers, cap.namer),
+                                         getattr(gp, sweep), gp.containers))
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
             self.func = _native_vjp(self.kernel, self.gp.cotangent, self.wrt)

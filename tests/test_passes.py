@@ -557,3 +557,32 @@ def test_a_product_of_gathered_rows_is_the_gather_of_the_product(backend):
     assert re.search(r"= matmul\(gather\w*, W\)", forward), forward          # the 2-row gather
     # the edge adjoints are summed per node before the weight gradient's product
     assert re.search(r"matmul_tn_flat\(x\w*, g_rows", backward), backward
+
+
+def column_sweeps(A):
+    m, n = A.shape
+    Q = np.zeros((m, n))
+    for k in range(n):
+        Q[:, k] = A[:, k] / np.sqrt(A[:, k] @ A[:, k])
+        for j in range(k + 1, n):                 # Q[:, k] read on every j, A[:, j] moves with j
+            A[:, j] -= Q[:, k] * (Q[:, k] @ A[:, j])
+    return np.sum(Q * np.cos(Q))
+
+
+def test_a_column_every_iteration_uses_is_packed_around_the_loop(backend):
+    rng = np.random.default_rng(19)
+    args = (rng.standard_normal((7, 5)),)
+    check_forward(column_sweeps, args, backend)
+    check_grad(column_sweeps, args, ("A",), backend=backend)
+    ir = flowgrad.grad(column_sweeps, wrt=("A",), backend=backend).ir(*args)
+    forward, backward = ir.split("# backward")
+    if backend != "native":
+        assert "pack_" not in ir, ir                # a lowering choice of the native backend
+        return
+    # the forward's j loop reads a contiguous copy of Q[:, k]; the backward's updates a copy of
+    # g_Q[:, k], written back after the loop; A[:, j] changes with j and stays as it is
+    # (Q's container is named after the np.zeros that makes it)
+    assert re.search(r"pack_array\w* = array\[0:\+7, k\]", forward), forward
+    assert re.search(r"pack_g_array\w* = g_array\[0:\+7, k\]", backward), backward
+    assert re.search(r"g_array\[0:\+7, k\] = pack_g_array", backward), backward
+    assert "pack_A" not in ir and "pack_g_A" not in ir, ir
