@@ -383,8 +383,9 @@ class Lowering:
 
     def gather(self, stmts, k):
         """The loop-nest group starting at ``stmts[k]`` (see ``joins``), with the scalar statements
-        between its members, which run before the nest (``g_s = g / n`` between a forward's sum and
-        its adjoint's element-wise write) or after it (``g_p += s1`` between two reductions): one
+        and tape restores between its members, which run before the nest (``g_s = g / n`` between a
+        forward's sum and its adjoint's element-wise write) or after it (``g_p += s1`` between two
+        reductions; a pop of a state vector the next member does not read): one
         that runs before touches nothing an earlier member or a statement moved after the nest
         writes, nor writes what they read; one that runs after touches nothing a later member
         writes, nor writes what it reads."""
@@ -392,7 +393,7 @@ class Lowering:
         if not (self.fusable(stmts[k]) or self.reduces(stmts[k])):
             return before, group, later
         for s in stmts[k + 1:]:
-            if isinstance(s, Assign) and not s.dst.shape:          # one element
+            if isinstance(s, Assign) and not s.dst.shape or isinstance(s, Pop):   # one element, a restore
                 pending.append(s)
                 continue
             if not self.joins(group, s) or any(_conflict(d, s) for d in later):
@@ -925,6 +926,8 @@ def _conflict(a, b):
     Two sums into one container swap when neither reads it otherwise (``g[i, k] += s`` and
     ``g[:, k] += v``, an adjoint's scalar and vector parts): only the order of the additions
     changes, as it does where the functions reassociate."""
+    if isinstance(a, (Push, Pop)) and isinstance(b, (Push, Pop)) and a.tape is b.tape:
+        return True
     wa = {w.container for w in stmt_writes(a)}
     wb = {w.container for w in stmt_writes(b)}
     ra = {r.ref.container for r in reads_besides_sum(a)}
