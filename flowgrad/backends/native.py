@@ -382,10 +382,10 @@ class Lowering:
         return True
 
     def gather(self, stmts, k):
-        """The loop-nest group starting at ``stmts[k]`` (see ``joins``), with the scalar statements
-        and tape restores between its members, which run before the nest (``g_s = g / n`` between a
+        """The loop-nest group starting at ``stmts[k]`` (see ``joins``), with the statements of
+        one element between its members, which run before the nest (``g_s = g / n`` between a
         forward's sum and its adjoint's element-wise write) or after it (``g_p += s1`` between two
-        reductions; a pop of a state vector the next member does not read): one
+        reductions; the restore of an element from a tape): one
         that runs before touches nothing an earlier member or a statement moved after the nest
         writes, nor writes what they read; one that runs after touches nothing a later member
         writes, nor writes what it reads."""
@@ -393,8 +393,8 @@ class Lowering:
         if not (self.fusable(stmts[k]) or self.reduces(stmts[k])):
             return before, group, later
         for s in stmts[k + 1:]:
-            if isinstance(s, Assign) and not s.dst.shape or isinstance(s, Pop):   # one element, a restore
-                pending.append(s)
+            if not s.dst.shape if isinstance(s, Assign) else isinstance(s, Pop) and not s.ref.shape:
+                pending.append(s)             # one element, computed or restored
                 continue
             if not self.joins(group, s) or any(_conflict(d, s) for d in later):
                 break
