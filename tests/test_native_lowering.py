@@ -170,7 +170,28 @@ def test_a_weight_gradient_summed_over_steps_adds_each_product_in_its_blas_call(
     args = (rng.standard_normal((4, 5, 3)), rng.standard_normal((3, 6)) * 0.5)
     check_grad(summed_products, args, ("xs", "W"), backend=native)
     src = flowgrad.grad(summed_products, wrt=("xs", "W"), backend=native).source(*args)
-    assert "_rt.matmul_tn_acc(" in src and "g_W)" in src, src     # no product array added to g_W
+    assert "_rt.matmul_acc(" in src and "g_W)" in src, src     # no product array added to g_W
+
+
+def head_products(x, W, n_heads):
+    out = np.zeros((x.shape[0], W.shape[1]))
+    hd = W.shape[1] // n_heads
+    for h in range(n_heads):
+        out[:, h * hd:(h + 1) * hd] = np.tanh(x @ W[:, h * hd:(h + 1) * hd])
+    return np.sum(out * out)
+
+
+def test_products_summed_into_a_block_of_columns_or_into_an_input_adjoint_are_blas_sums():
+    # per head: g_W[:, lo:hi] += x.T @ g (a block of columns: BLAS writes it with the row stride
+    # of g_W) and g_x += g @ W[:, lo:hi].T (a plain product whose only read is the sum)
+    rng = np.random.default_rng(7)
+    args = (rng.standard_normal((5, 4)), rng.standard_normal((4, 6)) * 0.5, 3)
+    check_grad(head_products, args, ("x", "W"), backend=native)
+    src = flowgrad.grad(head_products, wrt=("x", "W"), backend=native).source(*args)
+    sums = [line.strip() for line in src.splitlines() if "_rt.matmul_acc(" in line]
+    assert len(sums) == 2, src
+    assert sums[0].endswith(", g_x)") or sums[1].endswith(", g_x)"), sums
+    assert any(re.search(r", g_W\[0:0 \+ 4, .*\]\)$", line) for line in sums), sums
 
 
 def triangular_overwrites(x, w):

@@ -879,21 +879,31 @@ HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import nativ
 
 
 def _product_sums(body):
-    """The ``matmul_tn_flat`` calls of ``body`` whose product is read only by sums into whole
-    float64 matrices right after them (``t = matmul_tn_flat(a, g); w += t``), by ``id``."""
+    """The products of ``body`` read only by sums into float64 matrices right after them
+    (``t = matmul_tn_flat(a, g); w += t``, ``t = matmul(a, b); w[:, lo:hi] += t``), by ``id``: a
+    ``matmul_tn_flat``, or a ``matmul`` of two matrices, whose sum's destination has contiguous
+    rows and is not one of its operands."""
     reads = Counter(r.ref.container for s in walk(body) for r in stmt_reads(s))
     found = {}
     for block in [body] + [b for s in walk(body) for b in child_blocks(s)]:
         for s, t in zip(block, block[1:]):
-            if not (isinstance(s, Call) and s.op == "matmul_tn_flat" and isinstance(t, Assign) and t.accumulate
-                    and isinstance(t.expr, Read)):
+            if not (isinstance(s, Call) and isinstance(t, Assign) and t.accumulate and isinstance(t.expr, Read)
+                    and (s.op == "matmul_tn_flat" or s.op == "matmul" and all(len(e.shape) == 2 for e in s.inputs))):
                 continue
             product, w = s.outputs[0], t.dst.container
-            if t.expr.ref.container is product and t.expr.ref.is_whole() and t.dst.is_whole() and w.ndim == 2 \
+            if t.expr.ref.container is product and t.expr.ref.is_whole() and _rows_contiguous(t.dst) \
                     and w.dtype == product.dtype == F64 \
                     and not any(r.ref.container is w for e in s.inputs for r in iter_reads(e)):
                 found.setdefault(product, []).append(id(s))
     return {k for product, calls in found.items() if len(calls) == reads[product] for k in calls}
+
+
+def _rows_contiguous(r):
+    """Whether view ``r`` is a matrix whose rows are contiguous (BLAS writes it with its row stride):
+    two slices, the second one along the container's last axis with step 1."""
+    slices = [k for k, it in enumerate(r.items) if isinstance(it, Slice)]
+    return (r.perm is None and len(r.items) == r.container.ndim and len(slices) == 2
+            and slices[1] == r.container.ndim - 1 and const_value(r.items[-1].step) == 1)
 
 
 def _reads_ahead(w, r):

@@ -171,12 +171,15 @@ def _lower_matmul_tn_flat(low, s, ind):
 
 
 def lower_product_sum(low, s, dst, ind):
-    """``dst += a.T @ g`` for a ``matmul_tn_flat`` call ``s`` whose product is only added to
-    ``dst`` (a whole C-ordered container): one BLAS call adding to ``dst``."""
-    a, g = s.inputs
-    sa, sg = _operand_array(low, a, ind), _operand_array(low, g, ind)
-    low.line(f"_rt.matmul_tn_acc(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}), "
-             f"np.ascontiguousarray({sg}).reshape(-1, {low.src(g.shape[-1])}), {dst.container.name})", ind)
+    """``dst += a @ b`` for a ``matmul`` of two matrices, or ``dst += a.T @ g`` for a
+    ``matmul_tn_flat`` call, whose product is only added to ``dst`` (a view with contiguous rows):
+    one BLAS call adding to ``dst``."""
+    a, b = s.inputs
+    sa, sb = _operand_array(low, a, ind), _operand_array(low, b, ind)
+    if s.op == "matmul_tn_flat":
+        sa = f"np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T"
+        sb = f"np.ascontiguousarray({sb}).reshape(-1, {low.src(b.shape[-1])})"
+    low.line(f"_rt.matmul_acc({sa}, {sb}, {low.view_src(dst)})", ind)
 
 
 def _lower_matmul(low, s, ind):

@@ -56,15 +56,31 @@ _XXGEMM = numba.types.ExternalFunction("numba_xxgemm", numba.types.int32(
 
 
 @_jit
-def matmul_tn_acc(x, y, out):
-    """``out += x.T @ y`` for C-ordered float64 ``x`` (r, n), ``y`` (r, m) and ``out`` (n, m), in
-    one BLAS call that adds the product to ``out`` (``beta = 1``): no product array, and no pass
-    adding it. In column-major terms ``out.T += y.T @ x``."""
-    r, n = x.shape
-    m = y.shape[1]
+def _blas_order(a):
+    """``(transpose flag, leading dimension)`` of a float64 matrix for column-major BLAS, which
+    reads a row-ordered ``a`` as its transpose (``'n'`` on ``a.T``) and a column-ordered one (a
+    transposed view) as it is."""
+    if a.strides[1] == 8 and a.strides[0] >= 8 * max(a.shape[1], 1):
+        return ord("n"), max(a.strides[0] // 8, 1)
+    return ord("t"), max(a.strides[1] // 8, 1)
+
+
+@_jit
+def matmul_acc(a, b, out):
+    """``out += a @ b`` for float64 matrices ``a`` (r, k) and ``b`` (k, m), each with contiguous rows
+    or contiguous columns (a transposed view), and ``out`` (r, m), a view with contiguous rows
+    (a whole matrix, or a block of columns of one): one BLAS call that adds the product to
+    ``out`` (``beta = 1``), with no product array and no pass adding it. In column-major terms
+    ``out.T += b.T @ a.T``."""
+    r, k = a.shape
+    m = b.shape[1]
+    if r == 0 or m == 0 or k == 0:
+        return
+    ta, lda = _blas_order(b)
+    tb, ldb = _blas_order(a)
     scales = np.ones(2)
-    _XXGEMM(ord("d"), ord("n"), ord("t"), m, n, r, scales.ctypes.data, y.ctypes.data, max(m, 1),
-            x.ctypes.data, max(n, 1), scales.ctypes.data + 8, out.ctypes.data, max(m, 1))
+    _XXGEMM(ord("d"), ta, tb, m, r, k, scales.ctypes.data, b.ctypes.data, lda, a.ctypes.data, ldb,
+            scales.ctypes.data + 8, out.ctypes.data, max(out.strides[0] // 8, m))
 
 
 @_jit
