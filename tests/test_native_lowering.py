@@ -468,3 +468,26 @@ def test_window_extents_are_constants():
     check_grad(sliding_windows, args, ("x", "w"), backend=native)
     g = flowgrad.grad(sliding_windows, wrt=("x", "w"), backend=native)
     assert "x[i:+8]" in g.ir(*args) and "np.maximum(" not in g.source(*args)
+
+
+def row_softmax(x, w):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    p = e / np.sum(e, axis=-1, keepdims=True)
+    return np.sum(p * w)
+
+
+def test_row_sums_share_the_pass_over_their_rows_with_element_wise_statements():
+    # the softmax adjoint's row sums (g_p * e / s^2, g_e * e) are taken in the nests that write
+    # g_e and g_x: an accumulator per row, started before the innermost loop and stored after it
+    rng = np.random.default_rng(8)
+    args = (rng.standard_normal((3, 4, 6)), rng.standard_normal((3, 4, 6)))
+    check_forward(row_softmax, args, native)
+    check_grad(row_softmax, args, ("x", "w"), backend=native)
+    src = flowgrad.grad(row_softmax, wrt=("x", "w"), backend=native).source(*args)
+    stored = re.findall(r"^( +)(gsum\w*)\[_i\d+, _i\d+, 0\] = (_acc\d+)$", src, re.M)
+    assert len(stored) == 2, src
+    for pad, name, acc in stored:
+        body = src[:src.index(f"{pad}{name}[")]
+        # the accumulator starts in the same nest, one level out from the loop that adds to it
+        assert f"\n{pad}{acc} = 0.0\n" in body and f"{pad}    {acc} = {acc} + " in body, src
+        assert re.search(rf"\n{pad}    g_\w+\[_i\d+, _i\d+, _i\d+\] \+?= ", body[body.rindex(f"{pad}{acc} = 0.0"):]), src

@@ -25,7 +25,8 @@ from ..ir.core import (F64, Assign, Call, Const, Container, For, If, Index, NewA
                        DISJOINT, Ref, Slice, While, broadcast_shapes, child_blocks, const_value, is_cheap, iter_reads, same_expr,
                        reads_besides_sum, same_ref, stmt_reads, stmt_writes, view_offsets, walk)
 from ..ir.printer import expr_text
-from .native_calls import CALL_LOWERING, _scalar_type, lower_product_sum, new_array, reduction_start, whole_reduction
+from .native_calls import (CALL_LOWERING, _scalar_type, lower_product_sum, new_array, reduction_start, row_reduction,
+                           whole_reduction)
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 
@@ -422,9 +423,9 @@ class Lowering:
         return not allocates and not self.needs_temp(s) and not self.hoistable(s.expr, s.dst.shape)
 
     def reduces(self, s):
-        """The expression ``s`` reduces to one value over an iteration space of its own, when it
-        can share a loop nest (see ``joins``), else None."""
-        x = whole_reduction(s) if isinstance(s, Call) else None
+        """The expression ``s`` reduces to one value over an iteration space of its own, or to one
+        value per row of it, when it can share a loop nest (see ``joins``), else None."""
+        x = (whole_reduction(s) or row_reduction(s)) if isinstance(s, Call) else None
         if x is None or not x.shape or self.hoistable(x, x.shape):
             return None
         return x
@@ -481,16 +482,26 @@ class Lowering:
     def fused(self, group, ind):
         """One loop nest running several element-wise statements in order, per element, and the
         reductions that end the group, each with one accumulator (the function reassociates, so
-        the compiler vectorises them)."""
+        the compiler vectorises them). A reduction to one value per row starts its accumulator
+        before the innermost loop and stores it after: a softmax adjoint's ``g_e = g_t / s`` and
+        its row sum of ``g_t * e`` take one pass over the scores, not two."""
         assigns = [s for s in group if isinstance(s, Assign)]
         reductions = [s for s in group if isinstance(s, Call)]
+        rows = {id(s) for s in reductions if whole_reduction(s) is None}
         pairs = [(s.dst, s.expr) for s in assigns] + [(None, s.inputs[0]) for s in reductions]
         parallel = not reductions and self.splits(self.space(group), pairs)
-        pairs, shape = self.collapse(pairs, self.space(group), ind)
+        if rows:
+            shape = self.space(group)          # rows stay rows: no trailing axes merged
+        else:
+            pairs, shape = self.collapse(pairs, self.space(group), ind)
         accs = []
         for s in reductions:
             accs.append(self.fresh("acc"))
-            self.line(f"{accs[-1]} = {reduction_start(s)[0]}", ind)
+            c = s.outputs[0]
+            if id(s) not in rows:
+                self.line(f"{accs[-1]} = {reduction_start(s)[0]}", ind)
+            elif self.needs_allocation(c):
+                self.line(f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}", ind)
         names, inner = self.nest(shape, ind, parallel=parallel and len(shape) > 1)
         self.invariant = (len(self.lines) - 1, names[-1], {}, {s.dst.container for s in assigns})
         for s, (dst, expr) in zip(assigns, pairs):
@@ -500,10 +511,18 @@ class Lowering:
             self.line(f"{acc} = {reduction_start(s)[1].format(a=acc, b=self.elem(x, names, shape))}", inner)
         at, _, loads, _ = self.invariant
         self.invariant = None
-        self.lines[at:at] = ["    " * (inner - 1) + f"{name} = {text}" for text, name in loads.items()]
-        for s, acc in zip(reductions, accs):
+        starts = [f"{acc} = {reduction_start(s)[0]}" for s, acc in zip(reductions, accs) if id(s) in rows]
+        self.lines[at:at] = ["    " * (inner - 1) + line
+                             for line in starts + [f"{name} = {text}" for text, name in loads.items()]]
+        for s, acc in zip(reductions, accs):      # after the innermost loop
             c = s.outputs[0]
-            self.line(f"{c.name} = {_scalar_type(c.dtype)}({acc})", ind)
+            if id(s) in rows:
+                at_row = names[:-1] + (["0"] if c.ndim == len(shape) else [])
+                self.line(f"{c.name}[{', '.join(at_row)}] = {acc}", inner - 1)
+        for s, acc in zip(reductions, accs):      # after the nest
+            c = s.outputs[0]
+            if id(s) not in rows:
+                self.line(f"{c.name} = {_scalar_type(c.dtype)}({acc})", ind)
 
     # ------------------------------------------------------------ collapsing trailing axes
 

@@ -66,6 +66,25 @@ def whole_reduction(s):
     return None
 
 
+def row_reduction(s):
+    """The expression call ``s`` reduces along its last axis only, to one value per row (a
+    softmax's row maximum, its adjoint's row sums), else None."""
+    c = s.outputs[0]
+    x = s.inputs[0] if s.inputs else None
+    if x is None or len(x.shape) < 2 or not c.ndim:
+        return None
+    if s.op in _COMBINE:
+        if [a % len(x.shape) for a in _reduce_axes(s, len(x.shape))] != [len(x.shape) - 1]:
+            return None
+        return x
+    full = s.attrs.get("full")
+    if s.op == "sum_to" and len(full) == len(x.shape) == c.ndim and const_value(c.shape[-1]) == 1 and \
+            const_value(full[-1]) != 1 and all(same_expr(a, b) for a, b in zip(x.shape, full)) and \
+            all(same_expr(a, b) for a, b in zip(c.shape[:-1], full[:-1])):
+        return x
+    return None
+
+
 def _lower_reduction(low, s, ind):
     x = low.hoist(s.inputs[0], s.inputs[0].shape, ind)
     c = _out(low, s, ind)
