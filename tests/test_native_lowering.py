@@ -491,3 +491,25 @@ def test_row_sums_share_the_pass_over_their_rows_with_element_wise_statements():
         # the accumulator starts in the same nest, one level out from the loop that adds to it
         assert f"\n{pad}{acc} = 0.0\n" in body and f"{pad}    {acc} = {acc} + " in body, src
         assert re.search(rf"\n{pad}    g_\w+\[_i\d+, _i\d+, _i\d+\] \+?= ", body[body.rindex(f"{pad}{acc} = 0.0"):]), src
+
+
+def carried_states(x, a, b):
+    h = x.shape[1]
+    y = np.zeros_like(x)
+    ym1 = np.zeros(x.shape[0])
+    ym2 = np.zeros(x.shape[0])
+    for j in range(h):                       # state vectors carried from step to step
+        y[:, j] = a * x[:, j] + b * ym1 - 0.3 * ym2
+        ym2 = ym1
+        ym1 = np.tanh(y[:, j])
+    return np.sum(y * y)
+
+
+def test_restored_vectors_are_read_where_they_lie_on_the_tape():
+    rng = np.random.default_rng(9)
+    args = (rng.standard_normal((5, 7)), 0.8, 0.5)
+    check_grad(carried_states, args, ("x", "a", "b"), backend=native)
+    src = flowgrad.grad(carried_states, wrt=("x", "a", "b"), backend=native).source(*args)
+    # each pop of a state vector binds it to the popped part of its tape: no copy back
+    views = re.findall(r"^ +(\w+) = (tape_\w+)\[\2_top:\2_top \+ 5\]$", src, re.M)
+    assert views, src

@@ -68,6 +68,7 @@ class Lowering:
     def __init__(self, containers, body=()):
         self.containers = containers
         self.product_sums = _product_sums(body)      # calls lowered with the sum that follows them
+        self.tape_views = _tape_views(body)          # containers a pop rebinds to the tape's memory
         self.lines = []
         self.counter = 0
         self.allocated_at_start = set()
@@ -881,8 +882,12 @@ class Lowering:
             self.line(f"{self.read(s.ref, [], ())} = {tape}[{top}]", ind)
             return
         size = " * ".join(self.extents(shape))
-        start = self.fresh("p")
         self.line(f"{top} -= {size}", ind)
+        c = s.ref.container
+        if c in self.tape_views and s.ref.is_whole():
+            self.line(f"{c.name} = {tape}[{top}:{top} + {size}]", ind)
+            return
+        start = self.fresh("p")
         self.line(f"{start} = {top}", ind)
         self.copy_tape(s.ref, tape, start, False, ind)
 
@@ -895,6 +900,35 @@ HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import nativ
           "from flowgrad.checkpoint import schedules as _ckpt\n\n"
           "_jit = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'})\n"
           "_jit_parallel = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'}, parallel=_rt.PRANGE)\n\n")
+
+
+def _tape_views(body):
+    """The vectors whose pops can bind them to the popped part of the tape instead of copying it
+    there: each pop restores the whole vector (of the tape's dtype, a length fixed when the
+    function is built), and nothing writes the vector but its pops, nor pushes onto its tape,
+    from the top-level statement holding the tape's first pop on. The popped memory then stays
+    as it was while the vector is read: deriche's adjoint reads four state vectors per step
+    where they lie on the tape (measured 12.8 -> 9.7 ms). Not matrices: vadv's adjoint, reading
+    two 128 x 128 planes bound this way, ran 1.6x slower (cause not found)."""
+    first_pop, pops = {}, {}
+    for k, top in enumerate(body):
+        for s in walk([top]):
+            if isinstance(s, Pop):
+                first_pop.setdefault(s.tape, k)
+                pops.setdefault(s.ref.container, set()).add((s.tape, s.ref.is_whole()))
+    views = set()
+    for c, found in pops.items():
+        if len(found) != 1:
+            continue
+        [(tape, whole)] = found
+        if not (whole and c.kind == "transient" and c.ndim == 1 and c.dtype == tape.dtype
+                and all(const_value(d) is not None for d in c.shape)):
+            continue
+        after = [s for top in body[first_pop[tape]:] for s in walk([top])]
+        if not any(isinstance(s, Push) and s.tape is tape or not isinstance(s, Pop) and
+                   any(w.container is c for w in stmt_writes(s)) for s in after):
+            views.add(c)
+    return views
 
 
 def _product_sums(body):
