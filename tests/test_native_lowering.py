@@ -513,3 +513,10 @@ def test_restored_vectors_are_read_where_they_lie_on_the_tape():
     # each pop of a state vector binds it to the popped part of its tape: no copy back
     views = re.findall(r"^ +(\w+) = (tape_\w+)\[\2_top:\2_top \+ 5\]$", src, re.M)
     assert views, src
+    # the adjoint column the step's sums read is cleared in their nest, after their last read
+    nest = re.search(r"\n( +)_acc(\d+) = 0\.0\n(?:.*\n)*?\1for (_i\d+) in range\(5\):\n((?:\1    .*\n)+)", src)
+    assert nest, src
+    body = nest.group(4).splitlines()
+    cleared = [k for k, line in enumerate(body) if re.search(r"g_\w+\[_i\d+, j\] = 0\.0", line)]
+    summed = [k for k, line in enumerate(body) if "_acc" in line]
+    assert cleared and summed and cleared[0] > max(summed), src

@@ -439,8 +439,10 @@ class Lowering:
     def joins(self, group, s):
         """Whether ``s`` can run in the same loop nest as ``group`` (adjacent statements over the
         same iteration space whose dependences stay element-wise). Reductions of whole
-        expressions over that space join at the end of a group: their values are taken as the
-        elements are written, in the same pass over memory, and exist once the nest is done."""
+        expressions over that space (or of their rows) join a group too: their values are taken
+        as the elements are written, in the same pass over memory, and exist once the nest is
+        done; a later statement may then overwrite the element a reduction has just read (an
+        adjoint cleared after its last use)."""
         shape = self.space(group)
         x = self.reduces(s)
         if x is not None:
@@ -459,9 +461,11 @@ class Lowering:
         if len(s.dst.shape) != len(shape) or not all(same_expr(a, b) for a, b in zip(s.dst.shape, shape)):
             return False
         for g in group:
-            if isinstance(g, Call):   # runs after ``s`` in each element: ``s`` must not need its value
+            if isinstance(g, Call):   # its value exists after the nest: ``s`` must not need it, and
+                # ``s`` may write what it reads only at the element it reads (which it reads first)
                 if any(r.ref.container is g.outputs[0] for r in stmt_reads(s)) or \
-                        any(r.ref.container is s.dst.container for r in iter_reads(g.inputs[0])):
+                        any(r.ref.container is s.dst.container and not same_ref(r.ref, s.dst)
+                            for r in iter_reads(g.inputs[0])):
                     return False
                 continue
             if g.dst.container is s.dst.container and not same_ref(g.dst, s.dst) and \
@@ -481,9 +485,9 @@ class Lowering:
         return True
 
     def fused(self, group, ind):
-        """One loop nest running several element-wise statements in order, per element, and the
-        reductions that end the group, each with one accumulator (the function reassociates, so
-        the compiler vectorises them). A reduction to one value per row starts its accumulator
+        """One loop nest running several element-wise statements and reductions per element,
+        each reduction with one accumulator (the function reassociates, so the compiler
+        vectorises them). A reduction to one value per row starts its accumulator
         before the innermost loop and stores it after: a softmax adjoint's ``g_e = g_t / s`` and
         its row sum of ``g_t * e`` take one pass over the scores, not two."""
         assigns = [s for s in group if isinstance(s, Assign)]
@@ -505,11 +509,23 @@ class Lowering:
                 self.line(f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}", ind)
         names, inner = self.nest(shape, ind, parallel=parallel and len(shape) > 1)
         self.invariant = (len(self.lines) - 1, names[-1], {}, {s.dst.container for s in assigns})
-        for s, (dst, expr) in zip(assigns, pairs):
-            target = self.read(dst, names, shape)
-            self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
-        for s, acc, (_, x) in zip(reductions, accs, pairs[len(assigns):]):
-            self.line(f"{acc} = {reduction_start(s)[1].format(a=acc, b=self.elem(x, names, shape))}", inner)
+        work = dict(zip(map(id, assigns + reductions), pairs))
+        acc_of = dict(zip(map(id, reductions), accs))
+        # per element: the statements, then the reductions, then, from the first statement that
+        # overwrites what an earlier reduction reads, the rest in the group's order
+        late = next((k for k, s in enumerate(group) if isinstance(s, Assign) and any(
+            isinstance(g, Call) and any(r.ref.container is s.dst.container for r in iter_reads(g.inputs[0]))
+            for g in group[:k])), len(group))
+        order = [s for s in group[:late] if isinstance(s, Assign)] + \
+            [s for s in group[:late] if isinstance(s, Call)] + group[late:]
+        for s in order:
+            dst, expr = work[id(s)]
+            if isinstance(s, Assign):
+                target = self.read(dst, names, shape)
+                self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
+            else:
+                acc = acc_of[id(s)]
+                self.line(f"{acc} = {reduction_start(s)[1].format(a=acc, b=self.elem(expr, names, shape))}", inner)
         at, _, loads, _ = self.invariant
         self.invariant = None
         starts = [f"{acc} = {reduction_start(s)[0]}" for s, acc in zip(reductions, accs) if id(s) in rows]
