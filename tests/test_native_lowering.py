@@ -520,3 +520,19 @@ def test_restored_vectors_are_read_where_they_lie_on_the_tape():
     cleared = [k for k, line in enumerate(body) if re.search(r"g_\w+\[_i\d+, j\] = 0\.0", line)]
     summed = [k for k, line in enumerate(body) if "_acc" in line]
     assert cleared and summed and cleared[0] > max(summed), src
+
+
+def matrix_steps(h, W):
+    for t in range(3):
+        h = np.tanh(h @ W)                   # the whole matrix h is saved before each step
+    return np.sum(h * h)
+
+
+def test_a_whole_matrix_goes_to_and_from_the_tape_as_one_flat_copy():
+    rng = np.random.default_rng(10)
+    args = (rng.standard_normal((6, 4)), rng.standard_normal((4, 4)) * 0.5)
+    check_grad(matrix_steps, args, ("h", "W"), backend=native)
+    src = flowgrad.grad(matrix_steps, wrt=("h", "W"), backend=native).source(*args)
+    pushes = re.findall(r"^ +(tape_\w+)\[\1_top:\1_top \+ 6 \* 4\] = (_flat\d+)$", src, re.M)
+    pops = re.findall(r"^ +(_flat\d+)\[:\] = (tape_\w+)\[(_p\d+):\3 \+ 6 \* 4\]$", src, re.M)
+    assert pushes and pops, src
