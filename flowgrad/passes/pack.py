@@ -18,7 +18,7 @@ the program is built (a buffer of that size is allocated once, in the workspace)
 from __future__ import annotations
 
 from ..ir.core import (Assign, Call, Container, For, If, Index, Op, Pop, Push, Read, Ref, Slice, While,
-                       const_value, iter_reads, same_ref, stmt_reads, stmt_writes, walk)
+                       const_value, iter_reads, map_blocks, same_ref, stmt_reads, stmt_writes, walk)
 
 
 def pack_strided_views(stmts, containers, namer):
@@ -28,21 +28,13 @@ def pack_strided_views(stmts, containers, namer):
         if isinstance(s, For):
             before, s, after = _pack(s, containers, namer)
             out += before
-            out.append(_map_body(s, lambda b: pack_strided_views(b, containers, namer)))
+            out.append(map_blocks(s, lambda b: pack_strided_views(b, containers, namer)))
             out += after
         elif isinstance(s, (While, If)):
-            out.append(_map_body(s, lambda b: pack_strided_views(b, containers, namer)))
+            out.append(map_blocks(s, lambda b: pack_strided_views(b, containers, namer)))
         else:
             out.append(s)
     return out
-
-
-def _map_body(s, fn):
-    if isinstance(s, For):
-        return For(s.var, s.start, s.stop, s.step, fn(s.body), s.reverse, s.loc)
-    if isinstance(s, While):
-        return While(s.cond, fn(s.body), s.loc)
-    return If(s.cond, fn(s.then), fn(s.orelse), s.loc)
 
 
 def _pack(loop, containers, namer):
@@ -113,5 +105,5 @@ def _swap(s, ref, p):
     if isinstance(s, Pop):
         return Pop(s.tape, dst(s.ref), s.loc)
     if isinstance(s, (For, While, If)):
-        return _map_body(s, lambda b: [_swap(v, ref, p) for v in b])
+        return map_blocks(s, lambda b: [_swap(v, ref, p) for v in b])
     return s
