@@ -11,12 +11,8 @@ so a new process reuses the machine code.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import re
-import sys
-import warnings
 from collections import Counter
 
 import numpy as np
@@ -27,6 +23,7 @@ from ..ir.core import (F64, Assign, Call, Const, Container, For, If, Index, NewA
 from ..ir.printer import expr_text
 from .native_calls import (CALL_LOWERING, _scalar_type, lower_product_sum, new_array, reduction_start, row_reduction,
                            whole_reduction)
+from .native_kernel import Kernel, available, cache_dir, compile_source  # noqa: F401 (the backend's interface)
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 
@@ -1143,108 +1140,3 @@ def emit_grad(prog, gp, wrt) -> str:
     wrapped = [o if w.ndim else (o if o.startswith("np.full") else f"np.full((1,), {o})")
                for o, w in zip(outs, wrt)]
     return _finish(low, prog.name + "_grad", entry, f"{prog.results[0].name}, ({''.join(o + ', ' for o in wrapped)})")
-
-
-class Kernel:
-    """A compiled function with its workspace: the buffers its fixed-shape intermediates, scratch
-    arrays and tapes live in, kept between calls (a pool, so concurrent or re-entrant calls each
-    get their own). ``release()`` frees them.
-
-    Fixed-shape arrays the function hands over (results, gradients) are recycled: the kernel
-    remembers the last few it returned for each, and offers one back to the function once the
-    caller holds no reference to it (not even through a view). A loop that drops each gradient
-    after use then does not page in fresh memory on every call; measured 18% of a gradient
-    returning two 32 MB arrays, which the C allocator hands back to the system when freed."""
-
-    KEEP = 2        # arrays remembered per output: a caller holding the previous one still gets one
-
-    def __init__(self, fn, types, out_types=(), serial=None):
-        self.fn = fn
-        self.types = types
-        self.out_types = out_types
-        self.pool = []
-        self.spare = [[] for _ in out_types]
-        self.serial = serial        # loads the one-thread version, until the first call compiled
-
-    def _first(self, args):
-        """Run the first call of a function with parallel loops; should Numba fail to compile
-        them (its parallel passes have bugs of their own), warn and use the one-thread version."""
-        import numba
-        try:
-            return self.fn(*args)
-        except (numba.core.errors.NumbaError, AssertionError) as exc:
-            warnings.warn(f"flowgrad: Numba could not compile the parallel loops of {self.fn.__name__} "
-                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}); "
-                          "they run on one thread", RuntimeWarning, stacklevel=4)
-            self.fn = self.serial().fn
-            return self.fn(*args)
-        finally:
-            self.serial = None
-
-    def _offer(self, k):
-        bufs = self.spare[k]
-        for i in range(len(bufs)):
-            if _unheld(bufs[i]):
-                return bufs.pop(i)
-        dt, nd, _ = self.out_types[k]
-        return np.empty((0,) * nd, dtype=dt)
-
-    def __call__(self, *args):
-        ws = self.pool.pop() if self.pool else tuple(np.empty((0,) * nd, dtype=dt) for dt, nd in self.types)
-        args = args + (ws, tuple(self._offer(k) for k in range(len(self.out_types))))
-        out = self.fn(*args) if self.serial is None else self._first(args)
-        self.pool.append(out[-1])
-        handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
-        for bufs, (_, _, position) in zip(self.spare, self.out_types):
-            bufs.append(handed[position])
-            del bufs[:-self.KEEP]
-        return out[0] if len(out) == 2 else out[:-1]
-
-    def release(self):
-        self.pool.clear()
-        for bufs in self.spare:
-            bufs.clear()
-
-
-def _unheld(a):
-    """Whether nothing but the kernel's list refers to ``a`` or to the memory under it. A view
-    of ``a`` refers to what owns the memory (NumPy collapses chains of views), here the record
-    Numba keeps for the memory it allocated, which only ``a`` should hold."""
-    return sys.getrefcount(a) == 3 and (a.base is None or sys.getrefcount(a.base) == 2)
-
-
-def cache_dir() -> str:
-    base = os.environ.get("FLOWGRAD_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "flowgrad")
-    os.makedirs(base, exist_ok=True)
-    return base
-
-
-def compile_source(src: str, name: str):
-    """Write generated source to the cache (atomically, named by its hash) and import ``name`` from
-    it. A function with parallel loops keeps a way to its one-thread version (see ``Kernel``)."""
-    serial = None
-    if "\n@_jit_parallel\n" in src:
-        one = src.replace("\n@_jit_parallel\n", "\n@_jit\n").replace("numba.prange(", "range(")
-        serial = lambda: compile_source(one, name)     # noqa: E731
-    import numba
-    from .. import __version__
-    key = hashlib.sha256(f"{src}\0{__version__}\0{np.__version__}\0{numba.__version__}".encode()).hexdigest()[:24]
-    modname = f"flowgrad_gen_{key}"
-    path = os.path.join(cache_dir(), modname + ".py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(src)
-        os.replace(tmp, path)
-    mod = sys.modules.get(modname)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(modname, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[modname] = mod
-        spec.loader.exec_module(mod)
-    return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name), getattr(mod, "OUTPUTS_" + name), serial)
-
-
-def available() -> bool:
-    return importlib.util.find_spec("numba") is not None
