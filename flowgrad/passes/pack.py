@@ -77,11 +77,9 @@ def _strided(ref):
 
 
 def _refs(s):
-    """Every view a simple statement reads or writes, indices included."""
-    out = [r.ref for r in stmt_reads(s)] + list(stmt_writes(s))
-    if isinstance(s, (Push, Pop)):
-        out.append(s.ref)
-    return out
+    """Every view a simple statement reads or writes, indices included (a push reads its view, a
+    pop writes it)."""
+    return [r.ref for r in stmt_reads(s)] + list(stmt_writes(s))
 
 
 def _swap(s, ref, p):
