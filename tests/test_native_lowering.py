@@ -514,12 +514,11 @@ def test_restored_vectors_are_read_where_they_lie_on_the_tape():
     views = re.findall(r"^ +(\w+) = (tape_\w+)\[\2_top:\2_top \+ 5\]$", src, re.M)
     assert views, src
     # the adjoint column the step's sums read is cleared in their nest, after their last read
-    nest = re.search(r"\n( +)_acc(\d+) = 0\.0\n(?:.*\n)*?\1for (_i\d+) in range\(5\):\n((?:\1    .*\n)+)", src)
-    assert nest, src
-    body = nest.group(4).splitlines()
-    cleared = [k for k, line in enumerate(body) if re.search(r"g_\w+\[_i\d+, j\] = 0\.0", line)]
-    summed = [k for k, line in enumerate(body) if "_acc" in line]
-    assert cleared and summed and cleared[0] > max(summed), src
+    nests = re.findall(r"\n( +)_acc\d+ = 0\.0\n(?:.*\n)*?\1for _i\d+ in range\(5\):\n((?:\1    .*\n)+)", src)
+    bodies = [body.splitlines() for _, body in nests]
+    cleared = [[k for k, line in enumerate(b) if re.search(r"g_\w+\[_i\d+, j\] = 0\.0", line)] for b in bodies]
+    summed = [[k for k, line in enumerate(b) if "_acc" in line] for b in bodies]
+    assert any(c and s and c[0] > max(s) for c, s in zip(cleared, summed)), src
 
 
 def matrix_steps(h, W):
@@ -536,3 +535,73 @@ def test_a_whole_matrix_goes_to_and_from_the_tape_as_one_flat_copy():
     pushes = re.findall(r"^ +(tape_\w+)\[\1_top:\1_top \+ 6 \* 4\] = (_flat\d+)$", src, re.M)
     pops = re.findall(r"^ +(_flat\d+)\[:\] = (tape_\w+)\[(_p\d+):\3 \+ 6 \* 4\]$", src, re.M)
     assert pushes and pops, src
+
+
+def shrinking_steps(V, p):
+    n = V.shape[0]
+    for i in range(n - 2, -1, -1):         # overlapping, shrinking slices updated in place
+        V[:i + 1] = p * V[1:i + 2] + (1.0 - p) * V[:i + 1]
+    return V[0] * V[0]
+
+
+def explicit_steps(u, k):
+    for t in range(4):
+        u[1:-1] = u[1:-1] + k * (u[:-2] - 2.0 * u[1:-1] + u[2:])
+    return np.sum(u * u)
+
+
+def _loop_bodies(src):
+    """The statements of each innermost loop of generated source."""
+    lines, out = src.split("\n"), []
+    for k, line in enumerate(lines):
+        m = re.match(r"( *)for \w+ in (numba\.p)?range", line)
+        if not m:
+            continue
+        body, pad = [], len(m.group(1)) + 4
+        for nxt in lines[k + 1:]:
+            depth = len(nxt) - len(nxt.lstrip())
+            if not nxt.strip() or depth < pad:
+                break
+            if nxt.strip().startswith("for "):
+                body = None
+                break
+            body.append(nxt.strip())
+        if body:
+            out.append(body)
+    return out
+
+
+def test_vectors_go_to_and_from_the_tape_in_the_nest_of_their_step():
+    rng = np.random.default_rng(11)
+    # a state vector is saved in the pass computing the step's column, before it is overwritten
+    args = (rng.standard_normal((5, 7)), 0.8, 0.5)
+    check_grad(carried_states, args, ("x", "a", "b"), backend=native)
+    src = flowgrad.grad(carried_states, wrt=("x", "a", "b"), backend=native).source(*args)
+    slot = re.search(r"^ +(_slot\d+) = (tape_\w+)\[\2_top:\2_top \+ 5\]$", src, re.M)
+    assert slot, src
+    body = next(b for b in _loop_bodies(src) if any(line.startswith(slot.group(1) + "[") for line in b))
+    saved = next(k for k, line in enumerate(body) if line.startswith(slot.group(1) + "["))
+    name = re.match(rf"{slot.group(1)}\[(_i\d+)\] = (\w+)\[\1\]$", body[saved]).group(2)
+    assert any(line.startswith(f"array[") for line in body), src                 # the column's pass
+    assert any(line.startswith(f"{name}[") and " = " in line for line in body[saved + 1:]), src
+    assert re.search(rf"^ +{slot.group(2)}_top \+= 5$", src, re.M), src
+    # an overlapping slice restored in the pass of its step's adjoint, and one saved in the update
+    for fn, args, wrt, first, then in (
+            (explicit_steps, (np.linspace(0.5, 1.5, 9), 0.3), ("u", "k"),
+             r"u\[1 \+ (_i\d+)\] = _slot\d+\[\1\]$", r"\w+\[(1 \+ )?_i\d+\] = "),
+            (shrinking_steps, (np.linspace(0.5, 1.5, 9), 0.3), ("V", "p"),
+             r"_slot\d+\[(_i\d+)\] = V\[\1\]$", r"V\[_i\d+\] = ")):
+        check_grad(fn, args, wrt, backend=native)
+        src = flowgrad.grad(fn, wrt=wrt, backend=native).source(*args)
+        assert any(re.match(first, b[0]) and len(b) > 1 and re.match(then, b[1])
+                   for b in _loop_bodies(src)), src
+
+
+def test_a_loop_nest_reads_and_writes_at_most_ten_arrays():
+    kernels = pytest.importorskip("benchmarks.kernels")
+    m = kernels.load("vadv")
+    args = m.args("test")
+    for src in (flowgrad.jit(m.kernel, backend=native).source(*args),
+                flowgrad.grad(m.kernel, wrt=m.WRT, backend=native).source(*args)):
+        widths = [len(set(re.findall(r"\b(\w+)\[", "\n".join(b)))) for b in _loop_bodies(src)]
+        assert max(widths) <= 10 and 8 <= max(widths), (widths, src)
