@@ -565,16 +565,16 @@ class Lowering:
             self.line(f"{slots[id(s)]} = {tape}[{top}:{top} + {size}]" +
                       (f".reshape({self.shape_tuple(shape)})" if len(shape) > 1 else ""), ind)
         names, inner = self.nest(shape, ind, parallel=parallel and len(shape) > 1)
-        written = {_element_parts(s)[0].container for s in members if _element_parts(s)[0] is not None}
+        written = {w.container for s in members for w in stmt_writes(s)}
         self.invariant = (len(self.lines) - 1, names[-1], {}, written)
         work = dict(zip(map(id, members + reductions), pairs))
         acc_of = dict(zip(map(id, reductions), accs))
         # per element: the statements, then the reductions, then, from the first statement that
         # overwrites what an earlier reduction reads, the rest in the group's order
-        late = next((k for k, s in enumerate(group) if not isinstance(s, Call) and _element_parts(s)[0] is not None
-                     and any(isinstance(g, Call) and any(r.ref.container is _element_parts(s)[0].container
-                                                         for r in iter_reads(g.inputs[0]))
-                             for g in group[:k])), len(group))
+        late = next((k for k, s in enumerate(group) if not isinstance(s, Call) and any(
+            isinstance(g, Call) and any(r.ref.container is w.container for r in iter_reads(g.inputs[0])
+                                        for w in stmt_writes(s))
+            for g in group[:k])), len(group))
         order = [s for s in group[:late] if not isinstance(s, Call)] + \
             [s for s in group[:late] if isinstance(s, Call)] + group[late:]
         for s in order:
