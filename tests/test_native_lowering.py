@@ -1,5 +1,5 @@
-"""What the native lowering does for speed keeps the reference semantics: NumPy ufuncs for large
-transcendentals, hoisted broadcast sub-expressions, multi-accumulator reductions, matrix-vector
+"""What the native lowering does for speed keeps the reference semantics: exp, log and tanh of
+float64 compiled into the loops, NumPy ufuncs for other large transcendentals, hoisted broadcast sub-expressions, multi-accumulator reductions, matrix-vector
 loops over strided views, reductions, the workspace kept between calls, tape reservation, dead-statement
 removal and direct adjoint writes. Each test checks values against NumPy / finite differences
 and, where the change is visible, that the generated code shows it."""
@@ -86,18 +86,85 @@ def masked_exp(s, mask):
     return np.exp(s + mask)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_exp_of_masked_scores_is_numpys_bit_for_bit(dtype):
-    # far-negative arguments (a causal mask's -1e9 or -inf) take a path of their own; arguments
-    # with subnormal results (-740 in float64, -90 in float32) NumPy's
+def test_exp_of_masked_scores_matches_numpy():
+    # far-negative arguments (a causal mask's -1e9 or -inf) and arguments with subnormal results:
+    # float32 runs NumPy's ufunc (bit for bit, with a path of its own for the far-negative ones),
+    # float64 the compiled exp, within one ulp
     rng = np.random.default_rng(14)
-    s = rng.uniform(-3, 3, (96, 96)).astype(dtype)
-    for fill in (-1e9, -np.inf, -740.0 if dtype == np.float64 else -90.0):
-        mask = np.where(np.triu(np.ones((96, 96)), 1) > 0, fill, 0.0).astype(dtype)
-        got = flowgrad.jit(masked_exp, backend=native)(s, mask)
-        assert got.dtype == dtype and np.array_equal(got, masked_exp(s, mask))
-    # the argument is written into the result and exp runs there: no temporary, no copy
-    assert "_rt.vector_math(0, result)" in flowgrad.jit(masked_exp, backend=native).source(s, mask)
+    for dtype, ulps in ((np.float64, 1), (np.float32, 0)):
+        s = rng.uniform(-3, 3, (96, 96)).astype(dtype)
+        for fill in (-1e9, -np.inf, -740.0 if dtype == np.float64 else -90.0):
+            mask = np.where(np.triu(np.ones((96, 96)), 1) > 0, fill, 0.0).astype(dtype)
+            got, want = flowgrad.jit(masked_exp, backend=native)(s, mask), masked_exp(s, mask)
+            assert got.dtype == dtype
+            assert np.all(np.abs(got - want) <= ulps * np.spacing(want))
+        src = flowgrad.jit(masked_exp, backend=native).source(s, mask)
+        if dtype == np.float32:
+            # the argument is written into the result and exp runs there: no temporary, no copy
+            assert "_rt.vector_math(0, result)" in src
+        else:
+            assert "_rt.exp64(" in src and "vector_math" not in src
+
+
+def _ulps(got, want):
+    """Distance in units of the last place of ``want``, 0 where both are the same inf or NaN."""
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    with np.errstate(invalid="ignore"):
+        return np.where(same, 0.0, np.abs(got - want) / np.spacing(np.abs(want)))
+
+
+@pytest.mark.parametrize("name, ranges, most", [
+    ("exp", [(-1, 1), (-30, 30), (-745, 745), (-1e-12, 1e-12)], 1),
+    ("log", [(0.5, 2), (0.9999, 1.0001), (1e-310, 1e-300), (1e300, 1.7e308)], 1),
+    ("tanh", [(-1e-12, 1e-12), (-1e-5, 1e-5), (-1, 1), (-30, 30)], 3),
+])
+def test_compiled_element_functions_match_numpy(name, ranges, most):
+    """exp, log and tanh of float64 are instructions of the calling loop (``_rt.exp64`` ...): within
+    a few ulp of NumPy everywhere, and NumPy's exact values at the edges (0, inf, NaN, overflow,
+    underflow to subnormals and to 0, negative arguments of log), compiled with the fast-math
+    flags of the generated code."""
+    import numba
+    from flowgrad.backends import native_runtime as rt
+    fn = getattr(rt, name + "64")
+
+    @numba.njit(error_model="numpy", fastmath={"reassoc"})
+    def apply(x, out):
+        for i in range(x.size):
+            out[i] = fn(x[i])
+    rng = np.random.default_rng(3)
+    ref = getattr(np, name)
+    for lo, hi in ranges:
+        x = rng.uniform(lo, hi, 1 << 16)
+        out = np.empty_like(x)
+        apply(x, out)
+        with np.errstate(over="ignore"):
+            assert _ulps(out, ref(x)).max() <= most, (lo, hi)
+    edges = np.array([0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 19.0, 20.0, 21.0, 709.78, 709.79, 1e3, -708.4, -720.0,
+                      -745.1, -745.2, -1e9, 5e-324, -5e-324, 1e-300, 2.2250738585072014e-308,
+                      1.7976931348623157e308, np.inf, -np.inf, np.nan])
+    out = np.empty_like(edges)
+    apply(edges, out)
+    with np.errstate(all="ignore"):
+        want = ref(edges)
+    assert _ulps(out, want).max() <= most
+    exact = ~np.isfinite(edges) | ~np.isfinite(want) | (want == 0)
+    assert np.array_equal(out[exact], want[exact], equal_nan=True)
+    assert np.array_equal(np.signbit(out[want == 0]), np.signbit(want[want == 0]))
+
+
+def element_functions(x, y):
+    return np.sum(np.exp(x - 1.0) * np.tanh(y) + np.log(x * x + 1.0))
+
+
+def test_element_functions_join_the_loop_that_uses_them():
+    rng = np.random.default_rng(5)
+    args = (rng.uniform(-2, 2, (60, 70)), rng.uniform(-2, 2, (60, 70)))
+    check_forward(element_functions, args, native)
+    check_grad(element_functions, args, ("x", "y"), backend=native)
+    src = flowgrad.jit(element_functions, backend=native).source(*args)
+    assert "vector_math" not in src                 # no temporary and no NumPy call
+    body = [line for line in src.splitlines() if "_rt.exp64(" in line]
+    assert len(body) == 1 and "_rt.tanh64(" in body[0] and "_rt.log64(" in body[0]
 
 
 def test_broadcast_subexpression_is_computed_once_per_row():

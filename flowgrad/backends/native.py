@@ -37,6 +37,16 @@ _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", 
 
 
 _VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) costs more than it saves
+# element functions the runtime emits as instructions of the loop over the elements that uses
+# them, where they vectorise (see ``native_runtime.exp64``): no temporary, and faster than NumPy's
+# ufuncs where those are scalar code. A scalar statement keeps the C library's function, whose
+# latency is shorter (a scalar recurrence through log ran 1.7x slower with the compiled one).
+_COMPILED_MATH = {(name, np.dtype(np.float64)): f"_rt.{name}64" for name in ("exp", "log", "tanh")}
+
+
+def _vector_math(e):
+    """Whether element function ``e`` runs as a NumPy ufunc over a temporary when it is large."""
+    return e.name in VECTOR_MATH and (e.name, np.dtype(e.dtype)) not in _COMPILED_MATH
 
 
 def _takes(e):
@@ -130,6 +140,8 @@ class Lowering:
                 return f"({args[0]} * {args[0]})"
             if name in _CAST:
                 return f"{_CAST[name]}({args[0]})"
+            if space and (name, np.dtype(e.dtype)) in _COMPILED_MATH:
+                return f"{_COMPILED_MATH[name, np.dtype(e.dtype)]}({', '.join(args)})"
             return f"{_FUNC.get(name, 'np.' + name)}({', '.join(args)})"
         raise TypeError(f"cannot lower {e!r}")
 
@@ -139,8 +151,9 @@ class Lowering:
 
         - a costly sub-expression of smaller shape than ``space`` (``cos(t1)`` of a column
           broadcast over a matrix) is computed once over its own shape, not once per element;
-        - a large transcendental (``_VECTOR_MATH``) runs as one NumPy ufunc call on a temporary
-          holding its argument (SIMD, several times faster than Numba's scalar libm calls).
+        - a large transcendental of ``VECTOR_MATH`` runs as one NumPy ufunc call on a temporary
+          holding its argument (SIMD, where NumPy has it, several times faster than Numba's scalar
+          libm calls), unless the runtime compiles it into the loop (``_COMPILED_MATH``).
 
         A sub-expression that occurs more than once in ``e`` (``tanh(u) * tanh(u)`` in the adjoint
         of ``tanh``) is evaluated once.
@@ -164,7 +177,7 @@ class Lowering:
             out = e
         else:
             out = Op(e.name, args, e.dtype, e.shape)
-        if e.name in VECTOR_MATH and self.large(e.shape) and _full(args[0].shape, e.shape):
+        if _vector_math(e) and self.large(e.shape) and _full(args[0].shape, e.shape):
             tmp = self.materialise(args[0], ind, e.dtype)
             code = VECTOR_MATH.index(e.name)
             if len(args) == 1:
@@ -231,7 +244,7 @@ class Lowering:
         return size >= _VECTOR_MIN_SIZE
 
     def hoistable(self, e, space):
-        return isinstance(e, Op) and ((e.name in VECTOR_MATH and self.large(e.shape) and _full(e.args[0].shape, e.shape))
+        return isinstance(e, Op) and ((_vector_math(e) and self.large(e.shape) and _full(e.args[0].shape, e.shape))
                                       or (_costly(e) and _smaller(e.shape, space))
                                       or any(self.hoistable(a, space) for a in e.args))
 
@@ -817,7 +830,7 @@ class Lowering:
         alloc_line = f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}"
         shape = s.dst.shape
         e = s.expr
-        if s.dst.is_whole() and not s.accumulate and isinstance(e, Op) and e.name in VECTOR_MATH and \
+        if s.dst.is_whole() and not s.accumulate and isinstance(e, Op) and _vector_math(e) and \
                 len(e.args) == 1 and self.large(e.shape) and _full(e.args[0].shape, e.shape) and \
                 e.dtype == c.dtype and not any(r.ref.container is c for r in iter_reads(e)):
             # ``c = tanh(a)``: ``a`` is written into ``c`` and the ufunc runs there in place, with
