@@ -3,6 +3,7 @@ cache directory, named by its hash, and imported, so Numba's ``cache=True`` mach
 reused by a new process; a ``Kernel`` holds the compiled function with its workspace."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -87,6 +88,16 @@ def cache_dir() -> str:
     return base
 
 
+@functools.lru_cache(maxsize=None)
+def _runtime_digest() -> str:
+    """A hash of the runtime module the generated code calls. Numba's cached machine code of a
+    generated function holds the runtime's functions compiled into it (the element functions are
+    instructions of its loops), so a changed runtime must not reuse it."""
+    from . import native_runtime
+    with open(native_runtime.__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def compile_source(src: str, name: str):
     """Write generated source to the cache (atomically, named by its hash) and import ``name`` from
     it. A function with parallel loops keeps a way to its one-thread version (see ``Kernel``)."""
@@ -96,7 +107,8 @@ def compile_source(src: str, name: str):
         serial = lambda: compile_source(one, name)     # noqa: E731
     import numba
     from .. import __version__
-    key = hashlib.sha256(f"{src}\0{__version__}\0{np.__version__}\0{numba.__version__}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{src}\0{__version__}\0{_runtime_digest()}\0{np.__version__}\0{numba.__version__}"
+                         .encode()).hexdigest()[:24]
     modname = f"flowgrad_gen_{key}"
     path = os.path.join(cache_dir(), modname + ".py")
     if not os.path.exists(path):
