@@ -3,6 +3,7 @@ float64 compiled into the loops, NumPy ufuncs for other large transcendentals, h
 loops over strided views, reductions, the workspace kept between calls, tape reservation, dead-statement
 removal and direct adjoint writes. Each test checks values against NumPy / finite differences
 and, where the change is visible, that the generated code shows it."""
+import platform
 import re
 import warnings
 
@@ -113,16 +114,23 @@ def _ulps(got, want):
         return np.where(same, 0.0, np.abs(got - want) / np.spacing(np.abs(want)))
 
 
+_TRIG_RANGES = [(-1, 1), (-4, 4), (-100, 100), (-1.6e6, 1.6e6), (-1e-9, 1e-9), (1e6, 1e12), (-1e300, 1e300)]
+
+
 @pytest.mark.parametrize("name, ranges, most", [
     ("exp", [(-1, 1), (-30, 30), (-745, 745), (-1e-12, 1e-12)], 1),
     ("log", [(0.5, 2), (0.9999, 1.0001), (1e-310, 1e-300), (1e300, 1.7e308)], 1),
     ("tanh", [(-1e-12, 1e-12), (-1e-5, 1e-5), (-1, 1), (-30, 30)], 3),
+    ("sin", _TRIG_RANGES, 1),
+    ("cos", _TRIG_RANGES, 1),
+    ("arctan", [(-1e-9, 1e-9), (-1, 1), (-3, 3), (-1e3, 1e3), (-1e300, 1e300)], 1),
 ])
 def test_compiled_element_functions_match_numpy(name, ranges, most):
-    """exp, log and tanh of float64 are instructions of the calling loop (``_rt.exp64`` ...): within
-    a few ulp of NumPy everywhere, and NumPy's exact values at the edges (0, inf, NaN, overflow,
-    underflow to subnormals and to 0, negative arguments of log), compiled with the fast-math
-    flags of the generated code."""
+    """exp, log, tanh, sin, cos and arctan of float64 are compiled into the calling loop
+    (``_rt.exp64`` ...): within a few ulp of NumPy everywhere, and NumPy's exact values at the
+    edges (0, inf, NaN, overflow, underflow to subnormals and to 0, negative arguments of log,
+    the C library's sin and cos beyond 2^20 pi/2), compiled with the fast-math flags of the
+    generated code."""
     import numba
     from flowgrad.backends import native_runtime as rt
     fn = getattr(rt, name + "64")
@@ -150,6 +158,59 @@ def test_compiled_element_functions_match_numpy(name, ranges, most):
     exact = ~np.isfinite(edges) | ~np.isfinite(want) | (want == 0)
     assert np.array_equal(out[exact], want[exact], equal_nan=True)
     assert np.array_equal(np.signbit(out[want == 0]), np.signbit(want[want == 0]))
+    if name in ("sin", "cos"):      # next to multiples of pi/2, where the reduction cancels most bits
+        x = rng.integers(-2 ** 20, 2 ** 20, 1 << 14) * (np.pi / 2)
+        x = np.concatenate([x, np.nextafter(x, np.inf), np.nextafter(x, -np.inf)])
+        out = np.empty_like(x)
+        apply(x, out)
+        assert _ulps(out, ref(x)).max() <= most
+
+
+def test_arctan2_matches_numpy():
+    """arctan2 of float64 in all four quadrants, over wide ranges of |y / x|, within 1 ulp of
+    NumPy; zeros, infinities and NaN (which take the C library's function) exactly as NumPy's."""
+    import numba
+    from flowgrad.backends import native_runtime as rt
+
+    @numba.njit(error_model="numpy", fastmath={"reassoc"})
+    def apply(y, x, out):
+        for i in range(x.size):
+            out[i] = rt.arctan2_64(y[i], x[i])
+    rng = np.random.default_rng(4)
+    for ys, xs in [((-1, 1), (-1, 1)), ((-1e10, 1e10), (-1, 1)), ((-1e-300, 1e-300), (-1, 1)),
+                   ((-1e300, 1e300), (-1e300, 1e300))]:
+        y, x = rng.uniform(*ys, 1 << 16), rng.uniform(*xs, 1 << 16)
+        out = np.empty_like(x)
+        apply(y, x, out)
+        assert _ulps(out, np.arctan2(y, x)).max() <= 1, (ys, xs)
+    edges = np.array([0.0, -0.0, 1.0, -1.0, 5e-324, 1e-300, -1e300, np.inf, -np.inf, np.nan])
+    y, x = (g.ravel() for g in np.meshgrid(edges, edges))
+    out = np.empty_like(x)
+    apply(y, x, out)
+    want = np.arctan2(y, x)
+    assert np.array_equal(out, want, equal_nan=True)
+    assert np.array_equal(np.signbit(out), np.signbit(want))
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="checks x86-64 SIMD code")
+def test_loops_call_the_vector_versions_of_sin():
+    """A loop over sin runs its vector version (several lanes a call), which takes the C
+    library's sin only for the lanes whose argument is beyond the fast reduction."""
+    import numba
+    from flowgrad.backends import native_runtime as rt
+
+    @numba.njit(error_model="numpy", fastmath={"reassoc"})
+    def apply(x, out):
+        for i in range(x.size):
+            out[i] = rt.sin64(x[i])
+    x = np.random.default_rng(6).uniform(-3, 3, 1001)
+    x[[5, 6, 500]] = [1e7, np.inf, -3e15]
+    out = np.empty_like(x)
+    apply(x, out)
+    with np.errstate(invalid="ignore"):
+        assert _ulps(out, np.sin(x)).max() <= 1
+    code = apply.inspect_llvm(apply.signatures[0])
+    assert re.search(r"call .*<[248] x double> @flowgrad_sin64_\w+_v[248]\(", code)
 
 
 def element_functions(x, y):
@@ -174,7 +235,7 @@ def test_broadcast_subexpression_is_computed_once_per_row():
     check_grad(broadcast_costly, args, ("t1", "t2"), backend=native)
     src = flowgrad.jit(broadcast_costly, backend=native).source(*args)
     # cos(t1) over a (9, 1) temporary, not inside the (9, 11) nest
-    assert "(9, 1, )" in src and "np.cos(t1[" in src
+    assert "(9, 1, )" in src and "_rt.cos64(t1[" in src
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 7, 9])
@@ -468,7 +529,13 @@ def test_two_operand_vector_math():
     check_forward(angles, args, native)
     check_grad(angles, args, ("y", "x"), backend=native)
     src = flowgrad.jit(angles, backend=native).source(*args)
-    assert src.count("_rt.vector_math2(") == 1        # the large one; the small one stays inline
+    # float64: compiled into both loops; float32: NumPy's ufunc over the large operand, the small
+    # one inline
+    assert src.count("_rt.arctan2_64(") == 2 and "vector_math2" not in src
+    args32 = tuple(a.astype(np.float32) for a in args)
+    check_forward(angles, args32, native)
+    src = flowgrad.jit(angles, backend=native).source(*args32)
+    assert src.count("_rt.vector_math2(") == 1
 
 
 def test_parallel_loops_numba_cannot_compile_run_on_one_thread():

@@ -38,10 +38,12 @@ _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", 
 
 _VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) costs more than it saves
 # element functions the runtime emits as instructions of the loop over the elements that uses
-# them, where they vectorise (see ``native_runtime.exp64``): no temporary, and faster than NumPy's
+# them, where they vectorise (see ``native_math``): no temporary, and faster than NumPy's
 # ufuncs where those are scalar code. A scalar statement keeps the C library's function, whose
 # latency is shorter (a scalar recurrence through log ran 1.7x slower with the compiled one).
-_COMPILED_MATH = {(name, np.dtype(np.float64)): f"_rt.{name}64" for name in ("exp", "log", "tanh")}
+_COMPILED_MATH = {(name, np.dtype(np.float64)): f"_rt.{function}"
+                  for name, function in (("exp", "exp64"), ("log", "log64"), ("tanh", "tanh64"), ("sin", "sin64"),
+                                         ("cos", "cos64"), ("arctan", "arctan64"), ("arctan2", "arctan2_64"))}
 
 
 def _vector_math(e):

@@ -90,12 +90,15 @@ def cache_dir() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _runtime_digest() -> str:
-    """A hash of the runtime module the generated code calls. Numba's cached machine code of a
+    """A hash of the runtime modules the generated code calls. Numba's cached machine code of a
     generated function holds the runtime's functions compiled into it (the element functions are
     instructions of its loops), so a changed runtime must not reuse it."""
-    from . import native_runtime
-    with open(native_runtime.__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    from . import native_math, native_runtime
+    digest = hashlib.sha256()
+    for module in (native_runtime, native_math):
+        with open(module.__file__, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
 
 
 def compile_source(src: str, name: str):
