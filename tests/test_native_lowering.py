@@ -228,6 +228,21 @@ def test_element_functions_join_the_loop_that_uses_them():
     assert len(body) == 1 and "_rt.tanh64(" in body[0] and "_rt.log64(" in body[0]
 
 
+def integer_arguments(x, k):
+    a = np.arange(k)
+    return np.sum(np.sin(a) * x + np.exp(a / k) * x + np.arctan2(a, x) + np.log(a + 1) * np.tanh(x))
+
+
+def test_element_functions_of_integers():
+    """The compiled element functions take float64: an integer argument is converted, as NumPy's
+    ufuncs convert it."""
+    args = (np.random.default_rng(8).uniform(0.5, 2.0, 30), 30)
+    check_forward(integer_arguments, args, native)
+    check_grad(integer_arguments, args, ("x",), backend=native)
+    src = flowgrad.jit(integer_arguments, backend=native).source(*args)
+    assert "_rt.sin64(np.float64(" in src and "_rt.arctan2_64(np.float64(" in src
+
+
 def test_broadcast_subexpression_is_computed_once_per_row():
     rng = np.random.default_rng(2)
     args = (rng.uniform(0, 1, 9), rng.uniform(0, 1, 11))

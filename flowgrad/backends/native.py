@@ -143,6 +143,9 @@ class Lowering:
             if name in _CAST:
                 return f"{_CAST[name]}({args[0]})"
             if space and (name, np.dtype(e.dtype)) in _COMPILED_MATH:
+                # they take float64 arguments only: an integer one is converted, as NumPy's ufunc does
+                args = [t if isinstance(a, Const) and isinstance(a.value, float) or np.dtype(a.dtype) == e.dtype
+                        else f"np.float64({t})" for a, t in zip(e.args, args)]
                 return f"{_COMPILED_MATH[name, np.dtype(e.dtype)]}({', '.join(args)})"
             return f"{_FUNC.get(name, 'np.' + name)}({', '.join(args)})"
         raise TypeError(f"cannot lower {e!r}")
