@@ -228,6 +228,22 @@ def test_element_functions_join_the_loop_that_uses_them():
     assert len(body) == 1 and "_rt.tanh64(" in body[0] and "_rt.log64(" in body[0]
 
 
+def waves(x):
+    return np.sum(np.sin(x) * np.cos(2.0 * x))
+
+
+def test_float32_sin_and_cos_run_as_numpy_ufuncs():
+    """float32 sin and cos of a large operand run as NumPy's ufuncs (SIMD code), float64 ones
+    compiled into the loop."""
+    x = np.random.default_rng(10).uniform(-4, 4, (60, 70))
+    for dtype, compiled, rtol in ((np.float64, True, 1e-12), (np.float32, False, 1e-5)):
+        args = (x.astype(dtype),)
+        check_forward(waves, args, native, rtol=rtol)       # float32: the sum's order differs
+        src = flowgrad.jit(waves, backend=native).source(*args)
+        assert ("_rt.sin64(" in src and "_rt.cos64(" in src) == compiled
+        assert ("_rt.vector_math(" in src) != compiled
+
+
 def integer_arguments(x, k):
     a = np.arange(k)
     return np.sum(np.sin(a) * x + np.exp(a / k) * x + np.arctan2(a, x) + np.log(a + 1) * np.tanh(x))
@@ -262,6 +278,27 @@ def test_reductions_any_length(n):
 
 def stepped_rows(A, x):
     return np.sum(np.sin(x[1::2] @ A[::-2, 1:]))        # v @ M over every other row, backwards
+
+
+def reversed_windows(r, w):
+    y = w.copy()
+    for k in range(1, r.shape[0]):
+        y[:k] = y[:k] + r[k] * y[k - 1::-1]
+        y[k] = y[k] * r[k - 1::-1][0]
+    return np.sum(y * w)
+
+
+def test_offsets_known_at_run_time_index_unsigned():
+    """An element index with an offset known only at run time (``y[k - 1 - i]`` in the reversed
+    loop of an adjoint) goes through unsigned: Numba's fix-up of negative indices would keep the
+    loop from vectorising, and a view's index is never negative."""
+    rng = np.random.default_rng(9)
+    args = (rng.uniform(-0.3, 0.3, 12), rng.uniform(-1, 1, 12))
+    check_forward(reversed_windows, args, native)
+    check_grad(reversed_windows, args, ("r", "w"), backend=native)
+    src = flowgrad.grad(reversed_windows, wrt=("r", "w"), backend=native).source(*args)
+    assert re.search(r"y\[np\.uint64\(\(k - 1\) \+ _i\d+ \* -1\)\]", src)
+    assert re.search(r"y\[_i\d+\]", src)      # a plain loop index stays as it is
 
 
 @pytest.mark.parametrize("rows", [6, 7, 9, 11])
