@@ -86,3 +86,15 @@ def test_parallel_loops_compile_whatever_the_names(backend, monkeypatch):
     if backend == "native":
         import flowgrad
         assert "numba.prange(" in flowgrad.jit(names_like_numba_versions, backend=backend).source(A)
+
+
+def gathers_in_one_statement(x, i, j):
+    return np.sum(x[i] * x[j]) + np.sum(x[i] * x[i] * 0.5)
+
+
+def test_several_gathers_read_by_one_statement(backend):
+    # each gather is read in place by the same statement; all of them must be
+    rng = np.random.default_rng(7)
+    args = (rng.uniform(-1, 1, 9), np.array([0, 3, -1, 8, 3]), np.array([2, -9, 5, 5, 0]))
+    check_forward(gathers_in_one_statement, args, backend=backend)
+    check_grad(gathers_in_one_statement, args, 0, backend=backend)

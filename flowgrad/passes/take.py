@@ -44,9 +44,8 @@ def fuse_gathers(*blocks):
             deps = {r.ref.container for r in iter_reads(take)}
             for t in stmts[k + 1:]:
                 if any(r.ref.container is c for u in walk([t]) for r in stmt_reads(u)):
-                    fused = _substitute(t, c, take)
-                    if fused is not None:
-                        pairs.setdefault(c, []).append(([s] + folded, t, fused))
+                    if _substitute(t, c, take) is not None:
+                        pairs.setdefault(c, []).append(([s] + folded, t, take))
                     break
                 if any(w.container in deps or w.container is c for u in walk([t]) for w in stmt_writes(u)):
                     break
@@ -56,9 +55,13 @@ def fuse_gathers(*blocks):
     gone, swap = set(), {}
     for c, found in pairs.items():
         if c.kind == "transient" and len(found) == writes.get(c) == reads.get(c):
-            for removed, t, fused in found:
+            # a consumer of several gathers (``x[i] * y[j]``) takes each in turn
+            fused = [_substitute(swap.get(id(t), t), c, take) for _, t, take in found]
+            if any(f is None for f in fused):
+                continue
+            for (removed, t, _), f in zip(found, fused):
                 gone.update(id(g) for g in removed)
-                swap[id(t)] = fused
+                swap[id(t)] = f
 
     def rebuild(stmts):
         return [swap.get(id(s), map_blocks(s, rebuild)) for s in stmts if id(s) not in gone]
