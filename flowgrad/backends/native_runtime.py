@@ -225,10 +225,20 @@ def slice_indices(start, stop, step, n):
     return lo, hi, st, length
 
 
+OUT_OF_BOUNDS = "index out of bounds"     # first argument of the IndexError raised below
+
+
 @_jit
 def wrap(i, n):
-    """A NumPy index: negative counts from the end."""
-    return i + n if i < 0 else i
+    """NumPy's integer index ``i`` into an axis of length ``n``: a negative one counts from the
+    end, one outside ``-n .. n - 1`` raises IndexError (``NativeKernel`` words the message)."""
+    if i < 0:
+        if i < -n:
+            raise IndexError(OUT_OF_BOUNDS, i, n)
+        return i + n
+    if i >= n:
+        raise IndexError(OUT_OF_BOUNDS, i, n)
+    return i
 
 
 

@@ -51,6 +51,8 @@ def expr_src(e) -> str:
             return f"(not {args[0]})" if word is None else f"({args[0]} {word} {args[1]})"
         if e.name == "round":
             return f"np.round({args[0]})"
+        if e.name == "checked_index":
+            return f"_rt.checked_index({args[0]}, {args[1]})"
         return f"np.{_NP_NAME.get(e.name, e.name)}({', '.join(args)})"
     raise TypeError(f"cannot emit {e!r}")
 

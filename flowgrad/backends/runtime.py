@@ -20,6 +20,13 @@ def sum_to(x, shape, full):
     return np.broadcast_to(x, shape).copy() if x.shape != shape else x
 
 
+def checked_index(i, n):
+    """NumPy's integer index ``i`` into an axis of length ``n`` (the IR's ``checked_index``)."""
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of bounds for axis with size {n}")
+    return i + n if i < 0 else i
+
+
 def slice_stop(stop):
     """A negative-step slice that runs to the start of the axis has no stop (``None``)."""
     return None if stop < 0 else stop

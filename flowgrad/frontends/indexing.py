@@ -45,20 +45,55 @@ def _is_bool_mask(i):
         isinstance(i, np.ndarray) and i.dtype == np.bool_
 
 
-def _norm_int(i, dim, loc):
-    if isinstance(i, Expr):
-        return i
+def _norm_int(i, dim, loc, facts=None):
+    """NumPy's integer index ``i`` (negative counts from the end) into an axis of length
+    ``dim``: checked at run time unless its value, or the loops and branches around it
+    (``facts``), prove it inside the axis."""
     d = const_value(dim)
-    i = int(i)
-    if d is not None:
-        if not -d <= i < d:
-            raise FlowgradError(f"{loc}: index {i} is out of bounds for an axis of size {d}")
-        return Const(i % d)
-    return Const(i) if i >= 0 else dim + i
+    if not isinstance(i, Expr):
+        i = int(i)
+        if d is not None:
+            if not -d <= i < d:
+                raise FlowgradError(f"{loc}: index {i} is out of bounds for an axis of size {d}")
+            return Const(i % d)
+        i = Const(i)
+    if _nonneg(dim - 1 - i, facts):
+        if _nonneg(i, facts):
+            return i
+        if _nonneg(i + dim, facts):
+            return op("where", op("less", i, 0), i + dim, i)
+    return op("checked_index", i, dim)
 
 
-def norm_slice(s: slice, dim, loc):
-    """(start, size, step) of a Python slice over an axis of length ``dim``."""
+def _nonneg(e, facts):
+    v = const_value(e)
+    if v is not None:
+        return v >= 0
+    return facts is not None and facts.nonneg(e)
+
+
+def _slice_bound(v, dim, lo, facts):
+    """NumPy's value of slice bound ``v`` over an axis of length ``dim``: a negative bound
+    counts from the end, and the result is clipped to ``lo .. dim + lo`` (``lo`` is 0 for a
+    positive step, -1 for a negative one). Each correction is left out where the bound's
+    constant value or the loops around it (``facts``) prove it cannot apply, so that views
+    with bounds like ``i + 1`` stay affine."""
+    if isinstance(v, Expr):
+        e = v if _nonneg(v, facts) else op("where", op("less", v, 0), op("maximum", v + dim, lo), v)
+    else:
+        v = int(v)
+        if v >= 0:
+            e = Const(v)
+        else:
+            e = dim + v
+            return e if _nonneg(e - lo, facts) else op("maximum", e, lo)
+    return e if _nonneg(dim + lo - v, facts) else op("minimum", e, dim + lo)
+
+
+def norm_slice(s: slice, dim, loc, facts=None):
+    """(start, size, step) of a Python slice over an axis of length ``dim``; ``facts``
+    (``ranges.LoopFacts``) tells which bounds known only at run time need NumPy's wrap-around
+    and clipping."""
     step = 1 if s.step is None else s.step
     if isinstance(step, Expr):
         raise unsupported(loc, "slice with a run-time step", "use a constant step")
@@ -70,32 +105,23 @@ def norm_slice(s: slice, dim, loc):
     if d is not None and all(v is None or isinstance(v, (int, np.integer)) for v in vals):
         start, stop, step = slice(s.start, s.stop, step).indices(d)
         return Const(start), Const(len(range(start, stop, step))), Const(step)
-    if step < 0:
-        # start defaults to the last element; an omitted stop runs through index 0
-        start = dim - 1 if s.start is None else (s.start if isinstance(s.start, Expr) else
-                                                 (dim + int(s.start) if int(s.start) < 0 else Const(int(s.start))))
-        stop = Const(-1) if s.stop is None else (s.stop if isinstance(s.stop, Expr) else
-                                                 (dim + int(s.stop) if int(s.stop) < 0 else Const(int(s.stop))))
-        size = op("floor_divide", op("maximum", 0, start - stop) + (-step - 1), -step)
-        return start, size, Const(step)
-
-    def bound(v, default):
-        if v is None:
-            return default
-        if isinstance(v, Expr):
-            return v
-        v = int(v)
-        return dim + v if v < 0 else Const(v)
-
-    start, stop = bound(s.start, Const(0)), bound(s.stop, dim)
-    size = op("maximum", 0, stop - start)
-    if step != 1:
-        size = op("floor_divide", size + (step - 1), step)
+    lo = 0 if step > 0 else -1
+    # an omitted start is the first element (the last for a negative step); an omitted stop
+    # runs through the end (through index 0)
+    start = Const(0) if s.start is None and step > 0 else dim - 1 if s.start is None else \
+        _slice_bound(s.start, dim, lo, facts)
+    stop = dim if s.stop is None and step > 0 else Const(-1) if s.stop is None else \
+        _slice_bound(s.stop, dim, lo, facts)
+    size = op("maximum", 0, stop - start if step > 0 else start - stop)
+    if abs(step) != 1:
+        size = op("floor_divide", size + (abs(step) - 1), abs(step))
+    if step < 0 and not _nonneg(start, facts):
+        start = op("maximum", start, 0)      # -1: an empty view, which must not name the last element
     return start, size, Const(step)
 
 
-def view(ref: Ref, index, loc) -> Ref:
-    """Compose basic indexing (ints, slices, None) onto a view."""
+def view(ref: Ref, index, loc, facts=None) -> Ref:
+    """Compose basic indexing (ints, slices, None) onto a view (``facts``: see ``norm_slice``)."""
     n_view = len(ref.shape)
     index = _normalize(n_view, index, loc)
     if ref.perm is not None:
@@ -129,9 +155,9 @@ def view(ref: Ref, index, loc) -> Ref:
                 survivors.append(k)
             continue        # an integer index on a length-1 new axis removes it
         if _is_int(idx):
-            out.append(Index(it.start + _norm_int(idx, it.size, loc) * it.step))
+            out.append(Index(it.start + _norm_int(idx, it.size, loc, facts) * it.step))
         elif isinstance(idx, slice):
-            start, size, step = norm_slice(idx, it.size, loc)
+            start, size, step = norm_slice(idx, it.size, loc, facts)
             out.append(Slice(it.start + start * it.step, size, it.step * step))
             survivors.append(k)
         else:
@@ -144,6 +170,11 @@ def view(ref: Ref, index, loc) -> Ref:
         if perm == tuple(range(len(perm))):
             perm = None
     return Ref(ref.container, out, perm)
+
+
+def _facts(fe):
+    """The loop facts of a frontend that tracks them (the Python one), else None."""
+    return getattr(fe, "facts", None)
 
 
 def _as_view_source(fe, base, loc):
@@ -166,8 +197,7 @@ def getitem(fe, base, index, loc):
         return _mask_gather(fe, base, idx, loc)
     if any(_is_array_index(i) for i in idx):
         return _gather(fe, base, idx, loc)
-    r = view(base.ref, index, loc)
-    return Read(r)
+    return Read(view(base.ref, index, loc, _facts(fe)))
 
 
 def _whole_source(fe, base, loc):
@@ -207,12 +237,12 @@ def _gather_spec(fe, src, idx, loc):
             adv_shapes.append(arr.shape)
             adv_pos.append(k)
         elif _is_int(i):
-            at = _norm_int(i, dim, loc)
+            at = _norm_int(i, dim, loc, _facts(fe))
             spec.append(("int", at))
             adv_shapes.append(())
             adv_pos.append(k)
         else:
-            start, size, step = norm_slice(i, dim, loc)
+            start, size, step = norm_slice(i, dim, loc, _facts(fe))
             py = (fe.to_expr(i.start) if i.start is not None else None,
                   fe.to_expr(i.stop) if i.stop is not None else None,
                   fe.to_expr(i.step) if i.step is not None else None)
@@ -295,8 +325,7 @@ def setitem(fe, base, index, value, loc):
         fe.emit(Call("scatter", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape},
                      loc=loc))
         return
-    ref = view(base.ref, index, loc)
-    fe.write_ref(ref, value, loc)
+    fe.write_ref(view(base.ref, index, loc, _facts(fe)), value, loc)
 
 
 def augmented_setitem(fe, base, index, opname, rhs, loc):
@@ -305,7 +334,7 @@ def augmented_setitem(fe, base, index, opname, rhs, loc):
     idx = index if isinstance(index, tuple) else (index,)
     fancy = any(_is_bool_mask(i) or _is_array_index(i) for i in idx)
     if not fancy:
-        ref = view(base.ref, index, loc)
+        ref = view(base.ref, index, loc, _facts(fe))
         cur = Read(ref)
         fe.write_ref(ref, fe.binop(opname, cur, rhs, loc), loc, rhs=rhs, opname=opname)
         return

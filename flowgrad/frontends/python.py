@@ -21,6 +21,7 @@ from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupport
 from ..ir.core import (BOOL, F64, I64, Assign, Const, Container, Expr, For, If, Op, Read, Ref,
                        While, const_value, iter_reads, op, result_dtype, same_ref, scalar, stmt_writes,
                        walk)
+from ..ir.ranges import LoopFacts
 from . import Captured, indexing
 from .numpy_api import call_function, call_method, get_attribute
 
@@ -111,6 +112,7 @@ class Frontend:
     def __init__(self, fn, hints=None):
         self.fn = fn
         self.hints = hints if hints is not None else {}
+        self.facts = LoopFacts()     # ranges of the enclosing loops' variables (``indexing``)
         self.namer = Namer()
         self.containers = {}
         self.params = []
@@ -141,6 +143,7 @@ class Frontend:
 
     def emit(self, stmt):
         self.out[-1].append(stmt)
+        self.facts.written(w.container for w in stmt_writes(stmt))
         return stmt
 
     def collect(self, fn, *args):
@@ -419,6 +422,7 @@ class Frontend:
             self.hints[key] = result_dtype([scalar(c), e], "same")
             raise Restart()
         self.emit(Assign(Ref(c, ()), e, loc=loc))
+        self.facts.define(c, e)
         frame.env[name] = scalar(c)
 
     def write_ref(self, ref, value, loc, accumulate=False, rhs=None, opname=None):
@@ -439,12 +443,14 @@ class Frontend:
         cond = self.truth(self.eval(node.test, frame), loc)
         if not isinstance(cond, Expr):
             return self.block(node.body if cond else node.orelse, frame)
-        cond = self.hold_scalar(cond, "cond", loc)
+        test, cond = cond, self.hold_scalar(cond, "cond", loc)
         env0, owned0 = dict(frame.env), dict(frame.owned)
-        then, esc1 = self.collect(self.block, node.body, frame)
+        then, esc1 = self.under_facts("then", node, frame, lambda: self.facts.enter_branch(test, True),
+                                      lambda: self.collect(self.block, node.body, frame))
         env1, owned1 = frame.env, frame.owned
         frame.env, frame.owned = dict(env0), dict(owned0)
-        orelse, esc2 = self.collect(self.block, node.orelse, frame)
+        orelse, esc2 = self.under_facts("else", node, frame, lambda: self.facts.enter_branch(test, False),
+                                        lambda: self.collect(self.block, node.orelse, frame))
         env2, owned2 = frame.env, frame.owned
         frame.env, frame.owned = self.merge(frame, (env1, owned1, then, esc1), (env2, owned2, orelse, esc2), loc)
         self.emit(If(cond, then, orelse, loc))
@@ -516,13 +522,35 @@ class Frontend:
                 self.bind_loop_var(node.target.id, var, frame)
             else:
                 self.bind(node.target.id, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
-        stmts, esc, ctx = self.loop_body(node, frame, body_setup)
-        bounds = self.hoist_bounds([start, stop, step], stmts, loc)
+        bounds = [self.to_expr(b, loc) for b in (start, stop, step)]
+        stmts, esc, ctx = self.under_facts("loop", node, frame, lambda: self.facts.enter_loop(var, *bounds),
+                                           lambda: self.loop_body(node, frame, body_setup))
+        bounds = self.hoist_bounds(bounds, stmts, loc)
         self.emit_loop_prologue(ctx, loc)
         if ctx.brk is not None:
             stmts = [If(op("logical_not", scalar(ctx.brk)), stmts, loc=loc)]
         self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
         return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
+
+    def under_facts(self, what, node, frame, enter, trace):
+        """``trace()`` (returning the statements it captured first) with the facts ``enter()``
+        records about the code it captures (``what``: a loop's body, a branch of ``node``) known
+        to the indexing, and the scalar definitions (``LoopFacts.define``) valid in it. They hold only if that code writes nothing they read; where it does and
+        a proof relied on them, capture starts again without them."""
+        key = ("facts", what, frame.fn, node.lineno, node.col_offset)
+        entry = enter() if enter is not None and key not in self.hints else None
+        saved = self.facts.open_scope(loop=what == "loop")
+        try:
+            out = trace()
+        finally:
+            if entry is not None:
+                self.facts.leave(entry)
+        written = {w.container for t in walk(out[0]) for w in stmt_writes(t)}
+        self.facts.close_scope(saved, written)
+        if entry is not None and entry["used"] and written & entry["reads"]:
+            self.hints[key] = True
+            raise Restart()
+        return out
 
     def bind_loop_var(self, name, var, frame):
         frame.owned[name] = var
@@ -673,7 +701,8 @@ class Frontend:
             self.emit(Assign(Ref(cvar, ()), self.to_expr(c, loc), loc=loc))
 
         compute_cond()
-        stmts, esc, ctx = self.loop_body(node, frame, lambda: None, extra_tail=compute_cond)
+        stmts, esc, ctx = self.under_facts("loop", node, frame, None, lambda: self.loop_body(
+            node, frame, lambda: None, extra_tail=compute_cond))
         self.emit_loop_prologue(ctx, loc)
         cond = scalar(cvar)
         if ctx.brk is not None:

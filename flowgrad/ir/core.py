@@ -251,6 +251,9 @@ ELEMENTWISE = {
     "isnan": (1, "bool"), "isfinite": (1, "bool"),
     "float64": (1, "cast"), "float32": (1, "cast"), "int64": (1, "cast"), "int32": (1, "cast"),
     "bool": (1, "cast"),
+    # NumPy's integer index ``i`` into an axis of length ``n``: ``i + n`` for a negative one,
+    # an IndexError outside ``-n .. n - 1`` (where the frontend cannot prove it inside)
+    "checked_index": (2, "same"),
 }
 # Element functions cheap enough to evaluate again rather than store or hoist (no division, no
 # transcendental): backends and passes may duplicate them freely.

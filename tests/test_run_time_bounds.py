@@ -1,0 +1,190 @@
+"""Slice bounds and integer indices known only at run time follow NumPy: a negative one counts
+from the end of the axis, and slice bounds are clipped to it (``x[k - 1:]`` at k = 0 is
+``x[-1:]``, ``x[:k]`` with k past the end is all of ``x``). Each program runs for every k from
+well below zero to past the end, on both backends, against plain NumPy; gradients are checked
+against finite differences. Where the loops and branches around an index prove it
+non-negative, the generated code has no wrap-around (its views stay affine)."""
+import numpy as np
+import pytest
+
+import flowgrad
+from oracle import check_grad
+
+
+def summary(s):
+    """Differs when the elements or their count differ."""
+    return np.sum(s * s * s) + np.sum(s) * s.shape[0]
+
+
+def from_k(x, k):
+    return summary(x[k:])
+
+
+def up_to_k(x, k):
+    return summary(x[:k])
+
+
+def window(x, k):
+    return summary(x[k - 1:k + 2])
+
+
+def last_k(x, k):
+    return summary(x[-k:])
+
+
+def down_from_k(x, k):
+    return summary(x[k::-1])
+
+
+def down_to_k(x, k):
+    return summary(x[:k:-1])
+
+
+def every_other_from_k(x, k):
+    return summary(x[k::2])
+
+
+def down_by_two(x, k):
+    return summary(x[k:1:-2])
+
+
+def block(A, k):
+    return summary(A[k:, :k - 1]) + summary(A[-k, k:])
+
+
+def index_into_view(x, k):
+    return x[2:][k] * 3.0 + x[k] * x[k]
+
+
+def assign_from_k(x, k):
+    y = np.zeros(x.shape[0])
+    y[k:] = 1.0
+    y[:k - 2] += x[:k - 2]
+    return np.sum(y * x) + np.sum(y)
+
+
+PROGRAMS = [from_k, up_to_k, window, last_k, down_from_k, down_to_k, every_other_from_k,
+            down_by_two, block, index_into_view, assign_from_k]
+N = 7
+
+
+def _arg(fn):
+    rng = np.random.default_rng(0)
+    return rng.uniform(0.5, 1.5, (N, N)) if fn is block else rng.uniform(0.5, 1.5, N)
+
+
+def _valid(fn, x, k):
+    try:
+        fn(x, k)
+        return True
+    except IndexError:          # NumPy raises for an integer index outside the axis
+        return False
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_forward_for_every_k(fn, backend):
+    x = _arg(fn)
+    run = flowgrad.jit(fn, backend=backend)
+    for k in range(-N - 3, N + 4):
+        if _valid(fn, x, k):
+            np.testing.assert_allclose(run(x, k), fn(x, k), rtol=1e-12, err_msg=f"k = {k}")
+
+
+@pytest.mark.parametrize("fn", [from_k, window, down_from_k, block, index_into_view, assign_from_k],
+                         ids=lambda f: f.__name__)
+def test_gradient_below_zero_and_past_the_end(fn, backend):
+    x = _arg(fn)
+    for k in (-2, 0, N + 1):
+        if _valid(fn, x, k):
+            check_grad(fn, (x, k), 0, backend=backend)
+
+
+def loop_windows(x, n):
+    s = 0.0
+    for k in range(1, n):
+        s += summary(x[k - 1:]) + summary(x[k - 1::-1])
+    return s
+
+
+def boundary_branches(x):
+    n = x.shape[0]
+    y = np.zeros(n)
+    for k in range(n):
+        if k == 0:
+            y[k] = x[k + 1] - x[k]
+        elif k == n - 1:
+            y[k] = x[k] - x[k - 1]
+        else:
+            y[k:] += x[k - 1] * x[k + 1]
+    return np.sum(y * y)
+
+
+def periodic(x):
+    n = x.shape[0]
+    out = np.zeros(n)
+    for i in range(n):
+        out[i] = x[i - 1] * 2.0 + x[i]
+    return np.sum(out * out)
+
+
+def rebinds_the_loop_variable(x, n):
+    s = 0.0
+    for i in range(n):
+        i = i - 2
+        s += summary(x[i:])
+    return s
+
+
+def test_loops_and_branches_prove_indices_non_negative(backend):
+    x = _arg(from_k)
+    for fn, args in ((loop_windows, (x, N)), (boundary_branches, (x,))):
+        np.testing.assert_allclose(flowgrad.jit(fn, backend=backend)(*args), fn(*args), rtol=1e-12)
+        check_grad(fn, args, "x", backend=backend)
+        if backend == "native":
+            for src in (flowgrad.jit(fn, backend=backend).source(*args),
+                        flowgrad.grad(fn, wrt="x", backend=backend).source(*args)):
+                assert " < 0)" not in src, fn.__name__        # no wrap-around left in
+
+
+def test_indices_that_can_be_negative_wrap(backend):
+    x = _arg(from_k)
+    for fn, args in ((periodic, (x,)), (rebinds_the_loop_variable, (x, N))):
+        np.testing.assert_allclose(flowgrad.jit(fn, backend=backend)(*args), fn(*args), rtol=1e-12)
+        check_grad(fn, args, "x", backend=backend)
+
+
+def element(x, k):
+    return x[k] * 2.0
+
+
+def first_k(x, k):
+    s = 0.0
+    for i in range(k):
+        s += x[i]
+    return s
+
+
+def picked(x, idx):
+    return np.sum(x[idx] * x[idx])
+
+
+def last_of_runtime_length(x, n):
+    y = np.ones(n) * x[0]
+    return y[3] + y[-2]
+
+
+@pytest.mark.parametrize("fn, arg", [(element, 10), (element, -9), (first_k, 9),
+                                     (picked, np.array([1, 7])), (picked, np.array([-8, 0])),
+                                     (last_of_runtime_length, 2)],
+                         ids=["past_the_end", "below_minus_the_length", "in_a_loop", "gather",
+                              "gather_negative", "runtime_length"])
+def test_index_outside_the_axis_raises_as_numpy(fn, arg, backend):
+    x = np.arange(1.0, 6.0)
+    with pytest.raises(IndexError):
+        fn(x, arg)                       # NumPy's behaviour
+    for call in (flowgrad.jit(fn, backend=backend), flowgrad.grad(fn, wrt="x", backend=backend)):
+        with pytest.raises(IndexError, match="out of bounds"):
+            call(x, arg)
+    np.testing.assert_array_equal(x, np.arange(1.0, 6.0))
+    ok = {element: -5, first_k: 5, picked: np.array([-5, 4]), last_of_runtime_length: 4}[fn]
+    np.testing.assert_allclose(flowgrad.jit(fn, backend=backend)(x, ok), fn(x, ok), rtol=1e-12)
