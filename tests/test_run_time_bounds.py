@@ -119,6 +119,15 @@ def boundary_branches(x):
     return np.sum(y * y)
 
 
+def blocks(x, nb):
+    s = 0.0
+    for h in range(nb):
+        lo = h * 2                   # a definition: lo >= 0 because h >= 0
+        hi = lo + 2
+        s += summary(x[lo:hi])
+    return s
+
+
 def periodic(x):
     n = x.shape[0]
     out = np.zeros(n)
@@ -137,7 +146,7 @@ def rebinds_the_loop_variable(x, n):
 
 def test_loops_and_branches_prove_indices_non_negative(backend):
     x = _arg(from_k)
-    for fn, args in ((loop_windows, (x, N)), (boundary_branches, (x,))):
+    for fn, args in ((loop_windows, (x, N)), (boundary_branches, (x,)), (blocks, (x, 3))):
         np.testing.assert_allclose(flowgrad.jit(fn, backend=backend)(*args), fn(*args), rtol=1e-12)
         check_grad(fn, args, "x", backend=backend)
         if backend == "native":

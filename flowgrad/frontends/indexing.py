@@ -92,7 +92,7 @@ def _slice_bound(v, dim, lo, facts):
 
 def norm_slice(s: slice, dim, loc, facts=None):
     """(start, size, step) of a Python slice over an axis of length ``dim``; ``facts``
-    (``ranges.LoopFacts``) tells which bounds known only at run time need NumPy's wrap-around
+    (``ranges.Facts``) tells which bounds known only at run time need NumPy's wrap-around
     and clipping."""
     step = 1 if s.step is None else s.step
     if isinstance(step, Expr):

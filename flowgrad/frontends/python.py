@@ -21,7 +21,7 @@ from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupport
 from ..ir.core import (BOOL, F64, I64, Assign, Const, Container, Expr, For, If, Op, Read, Ref,
                        While, const_value, iter_reads, op, result_dtype, same_ref, scalar, stmt_writes,
                        walk)
-from ..ir.ranges import LoopFacts
+from ..ir.ranges import Facts
 from . import Captured, indexing
 from .numpy_api import call_function, call_method, get_attribute
 
@@ -112,7 +112,7 @@ class Frontend:
     def __init__(self, fn, hints=None):
         self.fn = fn
         self.hints = hints if hints is not None else {}
-        self.facts = LoopFacts()     # ranges of the enclosing loops' variables (``indexing``)
+        self.facts = Facts()     # ranges of the enclosing loops' variables (``indexing``)
         self.namer = Namer()
         self.containers = {}
         self.params = []
@@ -535,7 +535,7 @@ class Frontend:
     def under_facts(self, what, node, frame, enter, trace):
         """``trace()`` (returning the statements it captured first) with the facts ``enter()``
         records about the code it captures (``what``: a loop's body, a branch of ``node``) known
-        to the indexing, and the scalar definitions (``LoopFacts.define``) valid in it. They hold only if that code writes nothing they read; where it does and
+        to the indexing, and the scalar definitions (``Facts.define``) valid in it. They hold only if that code writes nothing they read; where it does and
         a proof relied on them, capture starts again without them."""
         key = ("facts", what, frame.fn, node.lineno, node.col_offset)
         entry = enter() if enter is not None and key not in self.hints else None

@@ -1,16 +1,21 @@
-"""What the loops around a statement prove about its integer index expressions.
+"""What the code around a statement proves about its integer index expressions.
 
 Inside ``for i in range(start, stop, step)`` the variable lies between ``start`` and
-``stop - 1`` (``stop + 1`` and ``start`` for a negative step). ``LoopFacts.nonneg`` uses those
-bounds to prove an index expression non-negative: the expression is put in linear form over
-its scalar reads, each loop variable (innermost first) is replaced by the bound that makes the
-form smallest, and what is left must be a constant of at least zero. The frontend uses it to
-leave out NumPy's wrap-around of negative slice bounds and integer indices where it cannot
-happen (``x[k - 1:]`` inside ``for k in range(1, n)``), so that those views stay affine.
+``stop - 1`` (``stop + 1`` and ``start`` for a negative step), and the body runs only if those
+bounds are in order; inside ``if k == 0: ... else: ...`` the branch's condition holds, or its
+negation; after ``lo = h * 64`` the scalar ``lo`` equals its definition until something writes
+``lo`` or ``h``. ``Facts.nonneg`` uses what is known to prove an index expression
+non-negative: the expression, minus one known non-negative form (or nothing), is put in linear
+form over its scalar reads, each loop variable (innermost first) is replaced by a bound that
+makes the form smallest, and what is left must be a constant of at least zero.
+
+The frontend uses it to leave out NumPy's wrap-around and clipping of slice bounds and integer
+indices where they cannot apply (``x[k - 1:]`` inside ``for k in range(1, n)``, ``x[k - 1]`` in
+the ``else`` of ``if k == 0``), so that those views stay affine.
 """
 from __future__ import annotations
 
-from .core import Const, Expr, Op, Read, const_value, op
+from .core import Const, Expr, Op, Read, const_value, iter_reads, op
 
 
 def _key(e):
@@ -87,7 +92,7 @@ def _conditions(cond, holds):
     return []
 
 
-class LoopFacts:
+class Facts:
     """What the loops and branches around the point being captured tell about integer scalars.
 
     Each entry (``enter_loop``, ``enter_branch``; innermost last) carries facts ``form >= 0``
@@ -102,7 +107,6 @@ class LoopFacts:
 
     def define(self, c, e):
         """Scalar ``c`` was just assigned integer expression ``e`` (``lo = h * size``)."""
-        from .core import iter_reads
         reads = {r.ref.container for r in iter_reads(e)}
         if e.shape == () and e.dtype.kind in "iu" and c not in reads:
             self.defs[c] = (linear(e), reads)
@@ -154,7 +158,6 @@ class LoopFacts:
         return self._push(entry)
 
     def _entry(self, exprs, var=None):
-        from .core import iter_reads
         reads = {r.ref.container for e in exprs for r in iter_reads(e)}
         return {"var": var, "lo": [], "hi": [], "facts": [], "differ": [], "used": False,
                 "reads": reads | ({var} if var is not None else set())}
