@@ -148,7 +148,9 @@ class _Compiled:
 
     def call_args(self, args, ckpt_values=None):
         """Values for the generated function's parameters (checkpoint parameters last)."""
-        return self.cap.inputs(args) + [int((ckpt_values or {})[v]) for v in sorted(self.ckpt_params)]
+        # a 0-d array goes in as its element (Numba types it as an array, which an index cannot be)
+        values = [v[()] if isinstance(v, np.ndarray) and v.ndim == 0 else v for v in self.cap.inputs(args)]
+        return values + [int((ckpt_values or {})[v]) for v in sorted(self.ckpt_params)]
 
     def arg_env(self, args):
         """Argument containers -> values, for evaluating trip counts and sizes."""

@@ -98,3 +98,47 @@ def test_several_gathers_read_by_one_statement(backend):
     args = (rng.uniform(-1, 1, 9), np.array([0, 3, -1, 8, 3]), np.array([2, -9, 5, 5, 0]))
     check_forward(gathers_in_one_statement, args, backend=backend)
     check_grad(gathers_in_one_statement, args, 0, backend=backend)
+
+
+def scatter_of_own_gather(x, i, j):
+    y = x * 1.0
+    y[i] = y[j]                      # NumPy reads every y[j] before writing any y[i]
+    return np.sum(y * np.arange(4.0))
+
+
+def scatter_of_own_reversed_view(x, i):
+    y = x * 1.0
+    y[i] = y[::-1][:3]
+    return np.sum(y * np.arange(4.0))
+
+
+def add_at_of_own_values(x, i):
+    y = x * 1.0
+    np.add.at(y, i, y[i])           # the values are taken before the (unbuffered) sums
+    np.add.at(x, i, x[i] * 2.0)
+    return np.sum(y * np.arange(4.0)) + np.sum(x * x)
+
+
+def mask_scatter_of_own_view(x):
+    y = x * 1.0
+    y[y > 2.5] = y[:2]
+    return np.sum(y * np.arange(4.0))
+
+
+def rows_by_list(A):
+    rows = [0, 2]
+    return np.sum(A[[0, 2]] ** 2) + np.sum(A[rows] * A[(0, 2)])
+
+
+def test_scatters_read_their_own_target_first(backend):
+    x, i, j = np.arange(1.0, 5.0), np.array([0, 1, 2]), np.array([1, 0, 1])
+    for fn, args in ((scatter_of_own_gather, (x, i, j)), (scatter_of_own_reversed_view, (x, i)),
+                     (add_at_of_own_values, (x, np.array([0, 2, 2]))), (mask_scatter_of_own_view, (x,))):
+        check_forward(fn, args, backend=backend)
+        check_grad(fn, args, 0, backend=backend)
+
+
+def test_a_list_index_picks_rows(backend):
+    args = (np.arange(12.0).reshape(3, 4),)
+    check_forward(rows_by_list, args, backend=backend)
+    check_grad(rows_by_list, args, 0, backend=backend)

@@ -197,3 +197,15 @@ def test_index_outside_the_axis_raises_as_numpy(fn, arg, backend):
     np.testing.assert_array_equal(x, np.arange(1.0, 6.0))
     ok = {element: -5, first_k: 5, picked: np.array([-5, 4]), last_of_runtime_length: 4}[fn]
     np.testing.assert_allclose(flowgrad.jit(fn, backend=backend)(x, ok), fn(x, ok), rtol=1e-12)
+
+
+def window_of_zero_d_bounds(x, a, b):
+    return np.sum(x[a:b] ** 2) + x[b] * 2.0
+
+
+def test_zero_d_integer_arrays_as_bounds(backend):
+    x = np.arange(1.0, 8.0)
+    args = (x, np.array(1), np.array(4))
+    np.testing.assert_allclose(flowgrad.jit(window_of_zero_d_bounds, backend=backend)(*args),
+                               window_of_zero_d_bounds(*args), rtol=1e-12)
+    check_grad(window_of_zero_d_bounds, args, 0, backend=backend)

@@ -232,18 +232,18 @@ def _vjp_add_at(ctx, call, gouts):
 
 
 def _vjp_scatter(ctx, call, gouts):
-    """y[idx] = v: v receives y's adjoint at the positions it won (NumPy: the last write), then
-    those positions of y's adjoint are cleared."""
+    """y[idx] = v: v's adjoint is y's at the positions it won (NumPy: the last write); those
+    positions of y's adjoint are cleared before it is added to what v reads, which may be y
+    itself (``y[idx] = y[::-1][:3]``)."""
     y = call.outputs[0]
     v, *idx = call.inputs
     gy = gouts[0]
-    stmts = []
-    if ctx.active(v):
-        t = ctx.temp(call.attrs["value_shape"], y.dtype, "gscat")
-        stmts.append(Call("gather_last", [Read(Ref(gy))] + idx, [t], dict(call.attrs)))
-        stmts += ctx.accumulate(v, Read(Ref(t)))
-    stmts.append(Call("scatter", [Const(0.0)] + idx, [gy], dict(call.attrs)))
-    return stmts
+    clear = Call("scatter", [Const(0.0)] + idx, [gy], dict(call.attrs))
+    if not ctx.active(v):
+        return [clear]
+    t = ctx.temp(call.attrs["value_shape"], y.dtype, "gscat")
+    return [Call("gather_last", [Read(Ref(gy))] + idx, [t], dict(call.attrs)), clear] + \
+        ctx.accumulate(v, Read(Ref(t)))
 
 
 def _vjp_mask_gather(ctx, call, gouts):
@@ -256,13 +256,11 @@ def _vjp_mask_gather(ctx, call, gouts):
 
 def _vjp_mask_scatter(ctx, call, gouts):
     v, m = call.inputs
-    stmts = []
-    if ctx.active(v):
-        t = ctx.temp(v.shape, v.dtype, "gmask")
-        stmts.append(Call("mask_gather", [Read(Ref(gouts[0])), m], [t]))
-        stmts += ctx.accumulate(v, Read(Ref(t)))
-    stmts.append(Call("mask_scatter", [Const(0.0), m], [gouts[0]]))
-    return stmts
+    clear = Call("mask_scatter", [Const(0.0), m], [gouts[0]])      # before v's sum, as above
+    if not ctx.active(v):
+        return [clear]
+    t = ctx.temp(v.shape, v.dtype, "gmask")
+    return [Call("mask_gather", [Read(Ref(gouts[0])), m], [t]), clear] + ctx.accumulate(v, Read(Ref(t)))
 
 
 def _vjp_sum_to(ctx, call, gouts):

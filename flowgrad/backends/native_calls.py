@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlowgradError
-from ..ir.core import Call, Read, Ref, const_value, op, same_expr, same_ref
+from ..ir.core import Call, Read, Ref, const_value, iter_reads, op, same_expr, same_ref
 from .numpy import dtype_src
 
 
@@ -495,9 +495,19 @@ def _lower_gather(low, s, ind):
     low.line(f"{target} = {x.ref.container.name}[{', '.join(src_idx)}]", inner)
 
 
+def _apart_from(low, v, y, ind):
+    """Value ``v`` of a scatter into ``y``, copied first where it reads ``y``: NumPy evaluates
+    the right side of ``y[i] = y[j]`` (and the values of ``np.add.at(y, i, y[i])``) before it
+    writes any element."""
+    if any(r.ref.container is y for r in iter_reads(v)):
+        return low.materialise(v, ind)
+    return v
+
+
 def _lower_scatter(low, s, ind, accumulate=False):
     v, *arrays = s.inputs
     y = s.outputs[0]
+    v = _apart_from(low, v, y, ind)
     names, src_idx, inner = _advanced(low, s, y.shape, arrays, ind)
     shape = s.attrs["value_shape"]
     value = low.elem(v, names, shape)
@@ -537,6 +547,7 @@ def _lower_mask(kind):
             v, m = s.inputs
             y = s.outputs[0]
             shape = y.shape
+            v = _apart_from(low, v, y, ind)
         k = low.fresh("k")
         low.line(f"{k} = 0", ind)
         names, inner = low.nest(shape, ind)

@@ -522,7 +522,10 @@ def _add_at(fe, loc, a, indices, b):
 def _arange(fe, loc, *args, dtype=None):
     vals = [fe.to_expr(a, loc) for a in args]
     if any(v.dtype.kind not in "iu" for v in vals):
-        raise unsupported(loc, "np.arange with float bounds", "use integer bounds (and scale)")
+        if all(isinstance(v, Const) for v in vals):      # np.arange(4.0): known when captured
+            return fe.const_array(np.arange(*[v.value for v in vals], dtype=dtype))
+        raise unsupported(loc, "np.arange with float bounds known only at run time",
+                          "use integer bounds (and scale)")
     start, stop, step = (Const(0), vals[0], Const(1)) if len(vals) == 1 else \
         (vals[0], vals[1], vals[2] if len(vals) > 2 else Const(1))
     size = op("maximum", 0, op("floor_divide", stop - start + step - 1, step))

@@ -204,7 +204,7 @@ class Frontend:
         if value is None:
             raise FlowgradError(f"{frame.loc(fdef)}: {self.fn.__name__} returns nothing: "
                                 "return the value to differentiate")
-        if isinstance(value, tuple):
+        if isinstance(value, (tuple, list)):
             raise unsupported(frame.loc(fdef), "tuple result",
                               "return one array or scalar (combine results, e.g. a weighted sum)")
         e = self.to_expr(value, frame.loc(fdef))
@@ -395,8 +395,6 @@ class Frontend:
 
     def bind(self, name, value, frame, loc):
         """``name = value`` with Python semantics: arrays alias, scalars copy."""
-        if isinstance(value, list):
-            value = tuple(value)
         owned = frame.owned.get(name)
         if isinstance(value, Expr) and value.shape == ():
             self.write_scalar(name, value, frame, loc)
@@ -784,7 +782,9 @@ class Frontend:
     def expr_Tuple(self, node, frame):
         return tuple(self.eval(e, frame) for e in node.elts)
 
-    expr_List = expr_Tuple
+    def expr_List(self, node, frame):
+        # a list, not a tuple: ``A[[0, 2]]`` picks rows, ``A[(0, 2)]`` one element
+        return [self.eval(e, frame) for e in node.elts]
 
     def expr_Attribute(self, node, frame):
         return get_attribute(self, self.eval(node.value, frame), node.attr, frame.loc(node))

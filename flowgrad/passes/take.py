@@ -110,6 +110,9 @@ _ELEMENTWISE_INPUTS = frozenset({"matmul", "add_at", "scatter"})
 
 def _substitute(u, c, take):
     """``u`` reading ``take`` where it read the whole of ``c`` (once), or None."""
+    # the consumer must not write what the gather reads: its copy held the values before the write
+    if any(r.ref.container in {w.container for w in stmt_writes(u)} for r in iter_reads(take)):
+        return None
     if isinstance(u, Assign):
         if any(r.ref.container is c for ie in u.dst.index_exprs() for r in iter_reads(ie)):
             return None
