@@ -816,6 +816,43 @@ case(for_bounds_from_args, lambda: (U((8,)), 6, 1, -1), tag="backwards")
 case(for_loop_variable_after_loop, lambda: (U((5,)),))
 case(for_step_count, lambda: (U((4,)), 3))
 
+def loop_variable_rebound(x, n):
+    s = 0.0
+    for i in range(n):
+        i = i * 2                    # Python: the next pass starts from the range again
+        s += np.sum(x) * i + x[i // 2] * x[i // 2]
+    return s + i
+
+
+def loop_variable_after_the_loop(x, n, m):
+    i = 7
+    for i in range(n):               # n = 0: i keeps 7
+        x = x * 1.1
+    j = -1
+    for j in range(m):
+        if j == 2:
+            break                    # j stays 2
+    k = 0
+    for k in range(5, 1, -2):
+        pass
+    return np.sum(x) * i + np.sum(x * x) * j + x[0] * k
+
+
+def alias_before_loop(x, n):
+    y = x                            # y and x name one array until the loop rebinds y
+    z = x
+    for i in range(n):
+        y = y * 1.1
+        x = x + 0.5
+    return np.sum(y * x) + np.sum(z * z)
+
+
+case(loop_variable_rebound, lambda: (U((8,)), 3))
+case(loop_variable_after_the_loop, lambda: (U((4,)), 0, 5), tag="no_trips")
+case(loop_variable_after_the_loop, lambda: (U((4,)), 3, 1), tag="no_break")
+case(alias_before_loop, lambda: (U((4,)), 2), tag="two_passes")
+case(alias_before_loop, lambda: (U((4,)), 0), tag="no_trips")
+
 # ---------------------------------------------------------------------------------------
 # while loops, break, continue
 # ---------------------------------------------------------------------------------------
@@ -922,7 +959,17 @@ def nested_continue_outer(A):
 case(while_newton_sqrt, lambda: (U((5,), 0.5, 3.0),))
 case(while_newton_scalar, lambda: (U((3,)),))
 case(while_halving, lambda: (U((5,)),))
+def while_in_for(x, n):
+    for i in range(n):
+        k = 0
+        while k < i:                 # a different number of trips on each pass
+            x = np.sin(x) * 1.1
+            k += 1
+    return np.sum(x * x)
+
+
 case(while_counter, lambda: (U((4,)), 3))
+case(while_in_for, lambda: (U((3,)), 4))
 case(for_break, lambda: (np.array([0.3, -0.2, 0.9, -0.8, 0.5, 0.1]),), tag="breaks")
 case(for_break, lambda: (np.array([0.3, -0.2, 0.9, 0.4]),), tag="runs_through")
 case(for_continue, lambda: (away((7,)),))

@@ -253,7 +253,9 @@ class ReverseBuilder:
             self.counters[s] = cnt
             it = Container(self.namer("trip"), I64, (), "transient")
             body = self.reverse_block(s.body, depth + 1)
-            return [For(it, 0, scalar(cnt), 1, body, reverse=True, loc=s.loc)]
+            # inside another loop, each pass of the while loop counts its own trips: the count of
+            # the pass before is restored after this one is reversed (pushed before its reset)
+            return [For(it, 0, scalar(cnt), 1, body, reverse=True, loc=s.loc), self._restore(s, Ref(cnt, ()), depth)]
         raise TypeError(f"cannot reverse {s!r}")
 
 
@@ -284,7 +286,7 @@ def _needs_unbroadcast(src, dst):
 # ---------------------------------------------------------------- value restoration
 
 
-def _needed_restores(prog, backward, replayed):
+def _needed_restores(prog, backward, replayed, counters=()):
     """The restore placeholders whose values some later backward statement reads.
 
     Restoring what statement S overwrote is needed only if the backward sweep reads that
@@ -293,7 +295,7 @@ def _needed_restores(prog, backward, replayed):
     ``replayed`` maps a backward loop variable to forward statements that checkpointing will
     re-execute inside that loop.
     """
-    forward = set(prog.containers.values())
+    forward = set(prog.containers.values()) | set(counters)      # counters: while loops' trips
     reads, restores = {}, []
     seq = [0]
 
@@ -641,7 +643,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     backward = _replay_definitions(prog, backward)
     replayed = {loop.var.name: loop.body for loop in prog.body
                 if isinstance(loop, For) and (loop_plan or {}).get(loop.var.name, (STORE_ALL,))[0] != STORE_ALL}
-    needed = _needed_restores(prog, backward, replayed)
+    needed = _needed_restores(prog, backward, replayed, b.counters.values())
     first = _first_touch(prog)
 
     tapes, pushes = {}, {}

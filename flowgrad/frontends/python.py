@@ -513,13 +513,27 @@ class Frontend:
         if not isinstance(node.target, ast.Name):
             raise unsupported(loc, "for loop with a tuple target", "loop over range(...) and index arrays")
         start, stop, step, reverse, element_of = self.loop_range(node.iter, frame, loc)
-        var = self.container(node.target.id if element_of is None else "i_" + node.target.id, I64, ())
+        name = node.target.id
+        var = self.container(name if element_of is None else "i_" + name, I64, ())
+        prev, prev_owned = frame.env.get(name), frame.owned.get(name)
+        # Python's name is not the loop's counter: where the body rebinds it, or a break leaves
+        # it at the value it had then, it lives in a scalar of its own, which keeps its earlier
+        # value when the loop does not run
+        held = None
+        if element_of is None and (name in _assigned_names(node.body) or _breaks(node.body)):
+            held = self.container(name, I64, ())
+            if _is_int_value(prev):
+                self.emit(Assign(Ref(held, ()), self.to_expr(prev, loc), loc=loc))
 
         def body_setup():
-            if element_of is None:
-                self.bind_loop_var(node.target.id, var, frame)
+            if held is not None:
+                self.emit(Assign(Ref(held, ()), scalar(var), loc=loc))
+                self.facts.define(held, scalar(var))
+                frame.owned[name], frame.env[name] = held, scalar(held)
+            elif element_of is None:
+                self.bind_loop_var(name, var, frame)
             else:
-                self.bind(node.target.id, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
+                self.bind(name, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
         bounds = [self.to_expr(b, loc) for b in (start, stop, step)]
         stmts, esc, ctx = self.under_facts("loop", node, frame, lambda: self.facts.enter_loop(var, *bounds),
                                            lambda: self.loop_body(node, frame, body_setup))
@@ -528,6 +542,20 @@ class Frontend:
         if ctx.brk is not None:
             stmts = [If(op("logical_not", scalar(ctx.brk)), stmts, loc=loc)]
         self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
+        if element_of is None and held is None:
+            # after the loop the name holds the last value it took, or its earlier one
+            begin, end, by = bounds
+            sign = 1 if const_value(by) is None or const_value(by) > 0 else -1
+            if const_value(by) is None:
+                sign = op("sign", by)
+            trips = op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
+            last = begin + (trips - 1) * by
+            if _is_int_value(prev):
+                last = op("where", op("greater", trips, 0), last, self.to_expr(prev, loc))
+            frame.owned.pop(name, None)
+            if prev_owned is not None:
+                frame.owned[name] = prev_owned
+            self.write_scalar(name, last, frame, loc)
         return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
 
     def under_facts(self, what, node, frame, enter, trace):
@@ -660,6 +688,13 @@ class Frontend:
             carried.append((name, v0, e1))
         if not carried:
             return []
+        # a name that shared its container with another one on entry (``y = x`` before the loop)
+        # gets storage of its own before the loop: writing its new values back would change both
+        aliased = [n for n, v0, _ in carried if any(
+            other != n and isinstance(w, Read) and w.ref.container is v0.ref.container
+            for other, w in env0.items())]
+        if aliased:
+            return aliased
         dests = {v0.ref.container for _, v0, _ in carried}
         carried_names = {n for n, _, _ in carried}
         # other names still viewing a destination would see it overwritten: give them a copy
@@ -1035,6 +1070,23 @@ def _check_broadcast(src, dst, loc):
         if const_value(a) is not None and const_value(b) is not None and const_value(a) != const_value(b):
             raise FlowgradError(f"{loc}: cannot broadcast a value into a view of shape "
                                 f"{tuple(const_value(d) for d in dst)}")
+
+
+def _breaks(stmts):
+    """Whether a ``break`` in ``stmts`` ends their loop (not one of its inner loops)."""
+    for node in stmts:
+        if isinstance(node, ast.Break):
+            return True
+        if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if any(_breaks(getattr(node, f, [])) for f in ("body", "orelse", "handlers", "finalbody")):
+            return True
+    return False
+
+
+def _is_int_value(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) or \
+        isinstance(v, Expr) and v.shape == () and v.dtype.kind in "iu"
 
 
 def _assigned_names(stmts):
