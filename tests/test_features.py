@@ -267,6 +267,8 @@ case(red_max, lambda: (U((3, 4)),))
 case(red_max_keepdims_softmax, lambda: (U((3, 4), -2, 2),))
 case(red_min, lambda: (U((3, 4)),))
 case(red_prod, lambda: (U((3, 4), 0.5, 1.5),))
+case(red_prod, lambda: (np.array([[0.0, 1.2, 0.7, 0.0], [0.9, 0.0, 1.1, 0.0], [1.3, 0.8, 0.6, 1.4]]),),
+     tag="zeros")
 
 # ---------------------------------------------------------------------------------------
 # Linear algebra and array construction / reshaping

@@ -103,11 +103,22 @@ def _vjp_sum(ctx, call, gouts):
 
 
 def _vjp_prod(ctx, call, gouts):
+    """The partial of a product by one factor is the product of the others: of the non-zero
+    factors ``p`` over it when no factor is zero, ``p`` for the one zero factor when there is
+    exactly one, else zero (``prod / x`` would be 0 / 0 at a zero)."""
     (x,), (g,) = call.inputs, gouts
     axes, keep = call.attrs["axis"], call.attrs["keepdims"]
     axes = tuple(range(len(x.shape))) if axes is None else axes
-    out = _expand(call.outputs[0], len(x.shape), axes, keep)
-    return ctx.accumulate(x, _expand(g, len(x.shape), axes, keep) * out / x)
+    zero = op("equal", x, 0.0)
+    nonzero = op("where", zero, 1.0, x)
+    p = ctx.temp(call.outputs[0].shape, call.outputs[0].dtype, "prod_nonzero")
+    zeros = ctx.temp(call.outputs[0].shape, np.float64, "zeros")
+    stmts = [Call("prod", [nonzero], [p], dict(call.attrs)),
+             Call("sum", [op("float64", zero)], [zeros], dict(call.attrs))]
+    p, zeros = _expand(p, len(x.shape), axes, keep), _expand(zeros, len(x.shape), axes, keep)
+    others = op("where", zero, op("where", op("equal", zeros, 1.0), p, 0.0),
+                op("where", op("equal", zeros, 0.0), p / nonzero, 0.0))
+    return stmts + ctx.accumulate(x, _expand(g, len(x.shape), axes, keep) * others)
 
 
 def _vjp_extreme(ctx, call, gouts):
