@@ -74,7 +74,8 @@ def apply(forward, backward, loop: For, kind: int, param: Container, state, name
     New containers the forward sweep writes go into ``forward_containers`` (and ``containers``),
     those only the backward sweep uses into ``containers``."""
     fi = next(k for k, s in enumerate(forward) if isinstance(s, For) and s.var is loop.var)
-    bi = next(k for k, s in enumerate(backward) if isinstance(s, For) and s.var is loop.var and s.reverse)
+    bi = next(k for k, s in enumerate(backward) if isinstance(s, For) and s.var is loop.var
+              and s.reverse != loop.reverse)
     recorded_body = forward[fi].body
     reversed_body = backward[bi].body
 
@@ -104,7 +105,10 @@ def apply(forward, backward, loop: For, kind: int, param: Container, state, name
     q = new("q_" + loop.var.name, I64, in_forward=True)
     j = new("j_" + loop.var.name, I64, in_forward=True)
     act, a, b = (new(n + "_" + loop.var.name, I64, in_forward=True) for n in ("act", "a", "b"))
-    setvar = Assign(Ref(loop.var, ()), loop.start + scalar(j) * loop.step)
+    # iteration j of the schedule is the j-th the forward loop runs (``reversed(range(...))``:
+    # counted from its last value)
+    nth = op("subtract", op("subtract", scalar(trips), 1), scalar(j)) if loop.reverse else scalar(j)
+    setvar = Assign(Ref(loop.var, ()), loop.start + nth * loop.step)
 
     def steps(body, start, stop, reverse=False):
         return [For(j, start, stop, 1, [setvar] + list(body), reverse=reverse, loc=loop.loc)]
