@@ -17,6 +17,7 @@ from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
+from .passes.checks import insert_size_checks
 from .passes.dce import eliminate_dead
 from .passes.fuse import fuse_temporaries, split_kept
 from .passes.copies import propagate_copies
@@ -67,7 +68,8 @@ class _Compiled:
         name = cap.name
         containers = cap.containers
         kept = KEPT_OUTPUTS if mode != "forward" else frozenset()
-        body = _pass("split", lambda b: split_kept(b, kept, containers, cap.namer), cap.body, containers)
+        body = _pass("checks", lambda b: insert_size_checks(b, containers, cap.namer), cap.body, containers)
+        body = _pass("split", lambda b: split_kept(b, kept, containers, cap.namer), body, containers)
         body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result], kept_ops=kept), body,
                      containers)
         body = _pass("dce", lambda b: eliminate_dead(b, {cap.result})[0], body, containers)

@@ -209,3 +209,47 @@ def test_zero_d_integer_arrays_as_bounds(backend):
     np.testing.assert_allclose(flowgrad.jit(window_of_zero_d_bounds, backend=backend)(*args),
                                window_of_zero_d_bounds(*args), rtol=1e-12)
     check_grad(window_of_zero_d_bounds, args, 0, backend=backend)
+
+
+def window_into(x, k):
+    w = np.zeros(4)
+    w[:] = x[k:k + 4]                # k past len(x) - 4: fewer than 4 values
+    return np.sum(w * w)
+
+
+def product_of_windows(x, a, b, c, d):
+    return np.sum((x[a:b] * x[c:d]) ** 2)
+
+
+def scatter_values(x, idx, v):
+    y = x * 1.0
+    y[idx] = v
+    return np.sum(y * y)
+
+
+def mask_values(x, v):
+    y = x * 1.0
+    y[y > 0.5] = v
+    return np.sum(y * y)
+
+
+@pytest.mark.parametrize("fn, good, bad", [
+    (window_into, (2,), (8,)),
+    (product_of_windows, (2, 5, 4, 7), (2, 3, 4, 7)),       # a length-1 window does not broadcast
+    (mask_values, (np.array([1.0, 2.0, 3.0, 0.5]),), (np.ones(5),)),
+], ids=["assigned_window", "product_of_windows", "mask_assignment"])
+def test_sizes_known_only_at_run_time_must_agree(fn, good, bad, backend):
+    x = np.array([0.1, 0.9, 0.2, 0.8, 0.7, 0.3, 0.4, 0.6, 0.35, 0.45])
+    run = flowgrad.jit(fn, backend=backend)
+    np.testing.assert_allclose(run(x, *good), fn(x, *good), rtol=1e-12)
+    with pytest.raises(ValueError, match="broadcast|cannot assign"):
+        run(x, *bad)
+    with pytest.raises(ValueError, match="broadcast|cannot assign"):
+        flowgrad.grad(fn, wrt="x", backend=backend)(x, *bad)
+    check_grad(fn, (x,) + good, 0, backend=backend)
+
+
+def test_values_that_cannot_fill_an_index_are_refused(backend):
+    x = np.arange(1.0, 6.0)
+    with pytest.raises(flowgrad.FlowgradError, match="could not be broadcast"):
+        flowgrad.jit(scatter_values, backend=backend)(x, np.array([0, 1, 2]), np.ones(4))

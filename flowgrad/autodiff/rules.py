@@ -305,6 +305,9 @@ def _gather_index(ins, attrs):
 CALLS = {
     "sum": CallRule(_red("sum"), _vjp_sum, doc="sum over axes"),
     "prod": CallRule(_red("prod"), _vjp_prod, doc="product over axes"),
+    "check_sizes": CallRule(lambda i, a: f"_rt.check_sizes({a['message']!r}, {', '.join(i)})",
+                            flops=lambda call, size: 0,
+                            doc="raises ValueError unless its inputs are pairwise equal (passes.checks)"),
     "max": CallRule(_red("max"), _vjp_extreme, doc="maximum over axes"),
     "min": CallRule(_red("min"), _vjp_extreme, doc="minimum over axes"),
     "argmax": CallRule(lambda i, a: f"np.argmax({i[0]}, axis={a['axis']!r})", doc="index of maximum"),

@@ -549,6 +549,16 @@ def _lower_mask(kind):
             shape = y.shape
             v = _apart_from(low, v, y, ind)
         k = low.fresh("k")
+        if kind != "gather" and v.shape != ():
+            # NumPy's error when the mask picks another number of elements than there are values
+            low.line(f"{k} = 0", ind)
+            names, inner = low.nest(shape, ind)
+            low.line(f"if {low.elem(m, names, shape)}:", inner)
+            low.line(f"{k} += 1", inner + 1)
+            n = low.src(v.shape[0])
+            low.line(f"if {k} != {n}:", ind)
+            low.line(f"raise ValueError('NumPy boolean array indexing assignment cannot assign {{}} input "
+                     f"values to the {{}} output values where the mask is true', {n}, {k})", ind + 1)
         low.line(f"{k} = 0", ind)
         names, inner = low.nest(shape, ind)
         low.line(f"if {low.elem(m, names, shape)}:", inner)
@@ -604,8 +614,17 @@ def _lower_ckpt_schedule(low, s, ind):
     low.line(f"{rows.name} = {sched.name}.shape[0]", ind)
 
 
+def _lower_check_sizes(low, s, ind):
+    """``passes.checks``: the message goes with the sizes; ``Kernel`` fills them in."""
+    sizes = [low.src(e) for e in s.inputs]
+    differ = " or ".join(f"{a} != {b}" for a, b in zip(sizes[::2], sizes[1::2]))
+    low.line(f"if {differ}:", ind)
+    low.line(f"raise ValueError({s.attrs['message']!r}, {', '.join(sizes)})", ind + 1)
+    low.line(f"{s.outputs[0].name} = True", ind)
+
+
 CALL_LOWERING = {
-    "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
+    "check_sizes": _lower_check_sizes, "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
     "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
     "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
     "matmul_tn_flat": _lower_matmul_tn_flat, "lu_factor": _lower_lu_factor, "lu_solve": _lower_lu_solve,

@@ -68,6 +68,10 @@ class Kernel:
                 raise
             raise IndexError(f"index {exc.args[1]} is out of bounds for axis with size {exc.args[2]} "
                              f"(in the code flowgrad compiled for {self.fn.__name__})") from None
+        except ValueError as exc:
+            if len(exc.args) < 2 or not isinstance(exc.args[0], str) or "{}" not in exc.args[0]:
+                raise
+            raise ValueError(exc.args[0].format(*exc.args[1:])) from None     # check_sizes
         self.pool.append(out[-1])
         handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
         for bufs, (_, _, position) in zip(self.spare, self.out_types):

@@ -20,6 +20,13 @@ def sum_to(x, shape, full):
     return np.broadcast_to(x, shape).copy() if x.shape != shape else x
 
 
+def check_sizes(message, *sizes):
+    """Sizes known only at run time that must agree (``passes.checks``), in pairs."""
+    if any(a != b for a, b in zip(sizes[::2], sizes[1::2])):
+        raise ValueError(message.format(*sizes))
+    return True
+
+
 def checked_index(i, n):
     """NumPy's integer index ``i`` into an axis of length ``n`` (the IR's ``checked_index``)."""
     if not -n <= i < n:

@@ -320,12 +320,23 @@ def setitem(fe, base, index, value, loc):
                               "assign on the base array with a full index")
         spec, inputs, shape = _gather_spec(fe, base, idx, loc)
         v = fe.to_expr(value, loc)
+        _check_value_shape(v.shape, shape, loc)
         if not isinstance(v, (Read, Const)):
             v = fe.materialize(v, "v", loc)
         fe.emit(Call("scatter", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape},
                      loc=loc))
         return
     fe.write_ref(view(base.ref, index, loc, _facts(fe)), value, loc)
+
+
+def _check_value_shape(value, into, loc):
+    """NumPy's error for values that cannot broadcast to what an index picks, where both sizes
+    are known now (``passes.checks`` checks the others at run time)."""
+    sizes = [(const_value(a), const_value(b)) for a, b in zip(value[::-1], into[::-1])]
+    if len(value) > len(into) or any(a is not None and b is not None and a not in (1, b) for a, b in sizes):
+        text = [tuple(const_value(d) if const_value(d) is not None else "?" for d in sh) for sh in (value, into)]
+        raise FlowgradError(f"{loc}: shape mismatch: value array of shape {text[0]} could not be broadcast "
+                            f"to indexing result of shape {text[1]}")
 
 
 def augmented_setitem(fe, base, index, opname, rhs, loc):

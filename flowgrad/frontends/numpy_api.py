@@ -513,6 +513,7 @@ def _add_at(fe, loc, a, indices, b):
     idx = indices if isinstance(indices, tuple) else (indices,)
     spec, inputs, shape = indexing._gather_spec(fe, base, idx, loc)
     v = fe.to_expr(b, loc)
+    indexing._check_value_shape(v.shape, shape, loc)
     if not isinstance(v, (Read, Const)):
         v = fe.materialize(v, "v", loc)
     fe.emit(Call("add_at", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape}, loc=loc))

@@ -397,6 +397,14 @@ def _fold(name, args, dt):
                 return Const(0)
         if name == "floor_divide" and vals[1] == 1:
             return a
+    if name in ("maximum", "minimum") and len(args) == 2:
+        # maximum(a, maximum(a, b)) -> maximum(a, b): sizes clipped twice compare equal
+        for x, y in (args, args[::-1]):
+            if isinstance(y, Op) and y.name == name and y.dtype == dt and \
+                    any(same_expr(x, z) for z in y.args):
+                return y
+        if same_expr(args[0], args[1]) and args[0].dtype == dt:
+            return args[0]
     if name in CASTS and args[0].dtype == dt:
         return args[0]
     return None

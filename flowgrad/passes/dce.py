@@ -5,13 +5,16 @@ gradients). Changes: an ``Assign`` or ``Call`` is removed when no statement that
 reads anything it writes: a value the program computes but never uses (a loss term built twice by
 a frontend), an adjoint cleared after its last read. Inside a loop, what the next iteration reads
 before writing it in full counts as read after each of its statements (a fixed point over the
-body), so a buffer the body clears for nothing is found too. Loops, branches and
-tape pushes and pops are kept; an ``Assign`` of a whole container ends the liveness of the value
+body), so a buffer the body clears for nothing is found too. Loops, branches, tape pushes and
+pops, and the run-time checks of ``passes.checks`` (``EFFECTS``) are kept; an ``Assign`` of a whole container ends the liveness of the value
 it overwrites.
 """
 from __future__ import annotations
 
 from ..ir.core import Assign, Call, For, If, While, stmt_reads, stmt_writes, walk
+
+
+EFFECTS = frozenset({"check_sizes"})      # Calls kept for what they do, not what they write
 
 
 def eliminate_dead(stmts, live_out):
@@ -20,7 +23,7 @@ def eliminate_dead(stmts, live_out):
     out = []
     for s in reversed(stmts):
         if isinstance(s, (Assign, Call)):
-            if not {w.container for w in stmt_writes(s)} & live:
+            if not {w.container for w in stmt_writes(s)} & live and not (isinstance(s, Call) and s.op in EFFECTS):
                 continue
             if isinstance(s, Assign) and not s.accumulate and s.dst.is_whole():
                 live.discard(s.dst.container)
