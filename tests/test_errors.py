@@ -131,6 +131,12 @@ def mutates_then_unsupported(A):
     return np.sum(rows)
 
 
+def writes_through_reshape(x):
+    y = x.reshape(2, 3)
+    y[0, 0] = 5.0            # NumPy: changes x too
+    return np.sum(x * x)
+
+
 UNSUPPORTED = [
     pytest.param(uses_list_comprehension, "for v in y", r"comprehension", lambda: (U((4,)),), id="list-comprehension"),
     pytest.param(uses_try, "try:", r"\btry\b", lambda: (U((4,), 0.5, 1.0),), id="try-except"),
@@ -145,6 +151,7 @@ UNSUPPORTED = [
     ),
     pytest.param(uses_global, "global CALLS", r"\bglobal\b", lambda: (U((4,)),), id="global"),
     pytest.param(unsupported_in_dead_branch, "for v in x", r"comprehension", lambda: (U((4,)), 3), id="dead-branch"),
+    pytest.param(writes_through_reshape, "y[0, 0] = 5.0", r"reshape", lambda: (U((6,)),), id="write-through-reshape"),
 ]
 
 

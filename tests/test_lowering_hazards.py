@@ -142,3 +142,16 @@ def test_a_list_index_picks_rows(backend):
     args = (np.arange(12.0).reshape(3, 4),)
     check_forward(rows_by_list, args, backend=backend)
     check_grad(rows_by_list, args, 0, backend=backend)
+
+
+def fills_a_reshaped_fresh_array(x):
+    A = np.zeros(12).reshape(3, 4)       # nothing else holds the array reshaped: writing is fine
+    A[1, :] = x
+    A[:, 0] += 1.0
+    return np.sum(A * A)
+
+
+def test_writes_into_a_reshaped_fresh_array(backend):
+    args = (np.arange(1.0, 5.0),)
+    check_forward(fills_a_reshaped_fresh_array, args, backend=backend)
+    check_grad(fills_a_reshaped_fresh_array, args, 0, backend=backend)

@@ -289,9 +289,26 @@ def _mask_gather(fe, base, idx, loc):
     return Read(Ref(out))
 
 
+def check_writable(fe, c, loc):
+    """Refuse a write into the result of ``reshape``/``ravel`` of an array a name or an argument
+    still holds: NumPy's result is a view, so the write changes that array too; flowgrad's is a
+    copy. (A reshape of a fresh array, ``np.zeros(12).reshape(3, 4)``, may be written.)"""
+    source, where = getattr(fe, "reshaped", {}).get(c, (None, None))
+    if source is None:
+        return
+    held = source.kind == "arg" or any(isinstance(v, Read) and v.ref.container is source
+                                       for f in fe.frames for v in f.env.values())
+    if held:
+        raise unsupported(loc, f"writing into the result of reshape/ravel ({where}) of an array that is "
+                               "still in use (NumPy's result is a view: the write would change that "
+                               "array too)", "write into the original array, or reshape a copy "
+                                             "(np.copy(x).reshape(...)) if it must not change")
+
+
 def _target(fe, base, loc):
     if not isinstance(base, Read) or base.ref.container.ndim == 0:
         raise unsupported(loc, "assignment into a computed value", "assign into a named array")
+    check_writable(fe, base.ref.container, loc)
     if base.ref.container.kind == "arg" and base.ref.container.name.startswith("const"):
         raise unsupported(loc, "assignment into a module-level constant array",
                           "copy the constant first (np.copy) and modify the copy")

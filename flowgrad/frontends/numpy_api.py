@@ -362,6 +362,8 @@ def _reshape(fe, loc, a, *shape, order="C", newshape=None):
         e = fe.materialize(e, "t", loc)
     out = fe.container("reshape", e.dtype, tuple(dims))
     fe.emit(Call("reshape", [e], [out], {"shape": tuple(dims)}, loc=loc))
+    if hasattr(fe, "reshaped"):
+        fe.reshaped[out] = (e.ref.container, loc)
     return Read(Ref(out))
 
 
@@ -511,6 +513,7 @@ def _add_at(fe, loc, a, indices, b):
     if not isinstance(base, Read) or not base.ref.is_whole():
         raise unsupported(loc, "np.add.at on a view", "apply it to the base array")
     idx = indices if isinstance(indices, tuple) else (indices,)
+    indexing.check_writable(fe, base.ref.container, loc)
     spec, inputs, shape = indexing._gather_spec(fe, base, idx, loc)
     v = fe.to_expr(b, loc)
     indexing._check_value_shape(v.shape, shape, loc)

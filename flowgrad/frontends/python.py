@@ -113,6 +113,7 @@ class Frontend:
         self.fn = fn
         self.hints = hints if hints is not None else {}
         self.facts = Facts()     # ranges of the enclosing loops' variables (``indexing``)
+        self.reshaped = {}       # result of reshape/ravel -> (its source, where): ``check_writable``
         self.namer = Namer()
         self.containers = {}
         self.params = []
@@ -425,6 +426,7 @@ class Frontend:
 
     def write_ref(self, ref, value, loc, accumulate=False, rhs=None, opname=None):
         """Write ``value`` into a view; ``x += y`` on arrays is an in-place accumulation."""
+        indexing.check_writable(self, ref.container, loc)
         if opname == "add" and rhs is not None:
             e = self.to_expr(rhs, loc)
             _check_broadcast(e.shape, ref.shape, loc)
