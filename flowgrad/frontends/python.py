@@ -666,8 +666,11 @@ class Frontend:
             frame.env, frame.owned = env0, owned0
             for name in fix:
                 frame.env[name] = self.materialize(frame.env[name], name, frame.loc(node))
-        raise unsupported(frame.loc(node), "loop whose variables cannot be given fixed storage",
-                          "avoid rebinding names to views inside the loop")
+        raise unsupported(frame.loc(node), f"loop whose variable{'s' if len(fix) > 1 else ''} "
+                          f"{', '.join(map(repr, fix))} cannot be given fixed storage",
+                          "give each name one kind of value across iterations: the same shape "
+                          "(a scalar stays a scalar: start from np.zeros(shape) to accumulate arrays), "
+                          "and a whole array rather than a view")
 
     def reconcile(self, frame, env0, owned0, log, stmts, loc):
         """Copy loop-carried rebinds back to their entry containers; returns names needing storage."""
