@@ -253,3 +253,35 @@ def test_values_that_cannot_fill_an_index_are_refused(backend):
     x = np.arange(1.0, 6.0)
     with pytest.raises(flowgrad.FlowgradError, match="could not be broadcast"):
         flowgrad.jit(scatter_values, backend=backend)(x, np.array([0, 1, 2]), np.ones(4))
+
+
+def stops_before_the_end(x, n):
+    s = 0.0
+    for i in range(n):
+        if s > 2.0:
+            break                        # NumPy never reads x[i] past this point
+        s += x[i]
+    return s
+
+
+def guarded_reads(x, n):
+    s = 0.0
+    for i in range(n):
+        if i < x.shape[0]:
+            s += x[i] * x[i]
+        k = 0
+        while k < 1 and i < 4:           # a while body may not run on every pass
+            s += x[i]
+            k += 1
+    return s
+
+
+def test_index_checks_move_ahead_of_loops_only_where_every_pass_indexes(backend):
+    x = np.arange(1.0, 6.0)
+    for fn, n in ((stops_before_the_end, 9), (guarded_reads, 9)):
+        np.testing.assert_allclose(flowgrad.jit(fn, backend=backend)(x, n), fn(x, n), rtol=1e-12)
+        check_grad(fn, (x, n), 0, backend=backend)
+    if backend == "native":
+        src = flowgrad.jit(first_k, backend=backend).source(x, 3)
+        loop = src[src.index("for i in"):]
+        assert "_rt.wrap" in src and "_rt.wrap" not in loop      # checked once, before the loop

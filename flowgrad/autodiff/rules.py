@@ -305,6 +305,9 @@ def _gather_index(ins, attrs):
 CALLS = {
     "sum": CallRule(_red("sum"), _vjp_sum, doc="sum over axes"),
     "prod": CallRule(_red("prod"), _vjp_prod, doc="product over axes"),
+    "check_index": CallRule(lambda i, a: f"_rt.check_index({', '.join(i)})", flops=lambda call, size: 0,
+                            doc="raises IndexError unless each (first, last, n) triple of its inputs has "
+                                "first and last within -n .. n - 1 (an index checked ahead of its loop)"),
     "check_sizes": CallRule(lambda i, a: f"_rt.check_sizes({a['message']!r}, {', '.join(i)})",
                             flops=lambda call, size: 0,
                             doc="raises ValueError unless its inputs are pairwise equal (passes.checks)"),

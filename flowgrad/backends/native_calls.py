@@ -549,19 +549,17 @@ def _lower_mask(kind):
             shape = y.shape
             v = _apart_from(low, v, y, ind)
         k = low.fresh("k")
-        if kind != "gather" and v.shape != ():
-            # NumPy's error when the mask picks another number of elements than there are values
-            low.line(f"{k} = 0", ind)
-            names, inner = low.nest(shape, ind)
-            low.line(f"if {low.elem(m, names, shape)}:", inner)
-            low.line(f"{k} += 1", inner + 1)
-            n = low.src(v.shape[0])
-            low.line(f"if {k} != {n}:", ind)
-            low.line(f"raise ValueError('NumPy boolean array indexing assignment cannot assign {{}} input "
-                     f"values to the {{}} output values where the mask is true', {n}, {k})", ind + 1)
+        # NumPy's error when the mask picks another number of elements than there are values
+        counted = kind != "gather" and v.shape != ()
+        n = low.src(v.shape[0]) if counted else None
+        message = "'NumPy boolean array indexing assignment cannot assign {} input values to the {} output " \
+                  "values where the mask is true'"
         low.line(f"{k} = 0", ind)
         names, inner = low.nest(shape, ind)
         low.line(f"if {low.elem(m, names, shape)}:", inner)
+        if counted:
+            low.line(f"if {k} >= {n}:", inner + 1)
+            low.line(f"raise ValueError({message[:-1]} (or more)', {n}, {k} + 1)", inner + 2)
         if kind == "gather":
             low.line(f"{c.name}[{k}] = {low.elem(x, names, shape)}", inner + 1)
         else:
@@ -569,6 +567,9 @@ def _lower_mask(kind):
             op = "+=" if kind == "add" else "="
             low.line(f"{y.name}[{', '.join(names)}] {op} {value}", inner + 1)
         low.line(f"{k} += 1", inner + 1)
+        if counted:
+            low.line(f"if {k} != {n}:", ind)
+            low.line(f"raise ValueError({message}, {n}, {k})", ind + 1)
     return lower
 
 
@@ -623,8 +624,17 @@ def _lower_check_sizes(low, s, ind):
     low.line(f"{s.outputs[0].name} = True", ind)
 
 
+def _lower_check_index(low, s, ind):
+    """Indices checked ahead of their loop (``Facts.hoist_check``): ``_rt.wrap`` raises."""
+    xs = [low.src(e) for e in s.inputs]
+    for k in range(0, len(xs), 3):
+        for i in xs[k:k + 2]:
+            low.line(f"_rt.wrap({i}, {xs[k + 2]})", ind)
+    low.line(f"{s.outputs[0].name} = True", ind)
+
+
 CALL_LOWERING = {
-    "check_sizes": _lower_check_sizes, "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
+    "check_index": _lower_check_index, "check_sizes": _lower_check_sizes, "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
     "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
     "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
     "matmul_tn_flat": _lower_matmul_tn_flat, "lu_factor": _lower_lu_factor, "lu_solve": _lower_lu_solve,

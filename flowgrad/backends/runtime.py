@@ -27,6 +27,15 @@ def check_sizes(message, *sizes):
     return True
 
 
+def check_index(*triples):
+    """Indices checked ahead of their loop: (first, last, n) triples (``Facts.hoist_check``)."""
+    for k in range(0, len(triples), 3):
+        n = triples[k + 2]
+        for i in triples[k:k + 2]:
+            checked_index(i, n)
+    return True
+
+
 def checked_index(i, n):
     """NumPy's integer index ``i`` into an axis of length ``n`` (the IR's ``checked_index``)."""
     if not -n <= i < n:

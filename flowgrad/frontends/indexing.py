@@ -57,11 +57,9 @@ def _norm_int(i, dim, loc, facts=None):
                 raise FlowgradError(f"{loc}: index {i} is out of bounds for an axis of size {d}")
             return Const(i % d)
         i = Const(i)
-    if _nonneg(dim - 1 - i, facts):
-        if _nonneg(i, facts):
-            return i
-        if _nonneg(i + dim, facts):
-            return op("where", op("less", i, 0), i + dim, i)
+    inside = _nonneg(dim - 1 - i, facts) and _nonneg(i + dim, facts)
+    if inside or facts is not None and facts.hoist_check(i, dim):     # checked once, ahead of the loop
+        return i if _nonneg(i, facts) else op("where", op("less", i, 0), i + dim, i)
     return op("checked_index", i, dim)
 
 

@@ -18,7 +18,7 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Const, Container, Expr, For, If, Op, Read, Ref,
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Op, Read, Ref,
                        While, const_value, iter_reads, op, result_dtype, same_ref, scalar, stmt_writes,
                        walk)
 from ..ir.ranges import Facts
@@ -290,7 +290,11 @@ class Frontend:
                 if not rest:
                     return esc
                 cond = self.none_set(esc.flags)
-                inner, esc2 = self.collect(self.block, rest, frame)
+                guarded = self.facts.enter_opaque()          # may not run on every pass
+                try:
+                    inner, esc2 = self.collect(self.block, rest, frame)
+                finally:
+                    self.facts.leave(guarded)
                 self.emit(If(cond, inner, loc=frame.loc(rest[0])))
                 return Escape(_union(esc.flags, esc2.flags))
         return Escape()
@@ -537,12 +541,30 @@ class Frontend:
             else:
                 self.bind(name, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
         bounds = [self.to_expr(b, loc) for b in (start, stop, step)]
-        stmts, esc, ctx = self.under_facts("loop", node, frame, lambda: self.facts.enter_loop(var, *bounds),
-                                           lambda: self.loop_body(node, frame, body_setup))
+        entry = []
+        hoist = ("hoisted checks", frame.fn, node.lineno, node.col_offset)
+
+        def enter():
+            entry.append(self.facts.enter_loop(var, *bounds, hoist=hoist not in self.hints))
+            return entry[-1]
+        stmts, esc, ctx = self.under_facts("loop", node, frame, enter, lambda: self.loop_body(node, frame, body_setup))
+        checks = entry[-1].get("checks", []) if entry else []
+        if checks:
+            # moved ahead of the loop: right only if every pass runs the code that indexes, with
+            # what the checks read unchanged
+            written = {w.container for t in walk(stmts) for w in stmt_writes(t)}
+            if ctx.brk is not None or ctx.cont is not None or esc.flags or written & entry[-1]["check_reads"]:
+                self.hints[hoist] = True
+                raise Restart()
         bounds = self.hoist_bounds(bounds, stmts, loc)
         self.emit_loop_prologue(ctx, loc)
         if ctx.brk is not None:
             stmts = [If(op("logical_not", scalar(ctx.brk)), stmts, loc=loc)]
+        if checks:
+            lo, hi = entry[-1]["ends"]
+            flag = self.container("indices_ok", BOOL, ())
+            self.emit(If(op("less_equal", lo, hi), [Call("check_index", [x for c in checks for x in c], [flag],
+                                                         loc=loc)], loc=loc))
         self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
         if element_of is None and held is None:
             # after the loop the name holds the last value it took, or its earlier one
@@ -566,7 +588,7 @@ class Frontend:
         to the indexing, and the scalar definitions (``Facts.define``) valid in it. They hold only if that code writes nothing they read; where it does and
         a proof relied on them, capture starts again without them."""
         key = ("facts", what, frame.fn, node.lineno, node.col_offset)
-        entry = enter() if enter is not None and key not in self.hints else None
+        entry = (enter if enter is not None and key not in self.hints else self.facts.enter_opaque)()
         saved = self.facts.open_scope(loop=what == "loop")
         try:
             out = trace()

@@ -15,7 +15,7 @@ the ``else`` of ``if k == 0``), so that those views stay affine.
 """
 from __future__ import annotations
 
-from .core import Const, Expr, Op, Read, const_value, iter_reads, op
+from .core import Const, Expr, Op, Read, const_value, iter_reads, op, same_expr
 
 
 def _key(e):
@@ -109,7 +109,7 @@ class Facts:
         """Scalar ``c`` was just assigned integer expression ``e`` (``lo = h * size``)."""
         reads = {r.ref.container for r in iter_reads(e)}
         if e.shape == () and e.dtype.kind in "iu" and c not in reads:
-            self.defs[c] = (linear(e), reads)
+            self.defs[c] = (linear(e), reads, e)
 
     def written(self, containers):
         """Forget the definitions that a write to ``containers`` ends."""
@@ -130,15 +130,59 @@ class Facts:
         self.defs = saved
         self.written(written)
 
-    def enter_loop(self, var, start, stop, step):
-        """``for var in range(start, stop, step)``: returns the entry, for ``leave``."""
+    def enter_loop(self, var, start, stop, step, hoist=True):
+        """``for var in range(start, stop, step)``: returns the entry, for ``leave``. With
+        ``hoist``, index checks may be moved ahead of the loop (``hoist_check``)."""
         step = const_value(step)
         entry = self._entry([start, stop], var=var)
         if step:
             lo, hi = (start, op("subtract", stop, 1)) if step > 0 else (op("add", stop, 1), start)
             entry["lo"], entry["hi"] = [linear(lo)], [linear(hi)]
             entry["facts"].append(_minus(linear(hi), linear(lo)))     # the body runs: lo <= hi
+            if hoist:
+                entry["ends"] = (lo, hi)
         return self._push(entry)
+
+    def enter_opaque(self):
+        """Code that may not run on every pass of the loop around it (a while loop's body, what
+        follows a ``continue``): no index check is moved out of it."""
+        return self._push(self._entry([]))
+
+    def hoist_check(self, i, dim):
+        """Check index ``i`` into an axis of length ``dim`` once, ahead of the loop it is in,
+        instead of on every pass: possible when ``i`` is linear in that loop's variable (so
+        its extreme values are those at the loop's first and last value) and the loop runs
+        this code on every pass. Returns whether the check was taken; the frontend emits the
+        entry's ``checks`` before the loop, and starts capture again without them if the loop
+        turns out to leave passes early or to change what they read."""
+        if not self.entries or "ends" not in self.entries[-1]:
+            return False
+        loop = self.entries[-1]
+        e = self._expand_expr(i)
+        terms, _ = linear(e)
+        if any(not _is_var(a, loop["var"]) and loop["var"] in {r.ref.container for r in iter_reads(a)}
+               for _, a in terms.values()):
+            return False                           # not linear in the variable (x[idx[i]])
+        first, last = (_substitute(e, loop["var"], end) for end in loop["ends"])
+        checks = loop.setdefault("checks", [])
+        if not any(same_expr(a, first) and same_expr(b, last) and same_expr(n, dim) for a, b, n in checks):
+            checks.append((first, last, dim))
+        loop["check_reads"] = loop.get("check_reads", set()) | {
+            r.ref.container for x in (first, last, dim) for r in iter_reads(x)}
+        return True
+
+    def _expand_expr(self, e, depth=8):
+        """``e`` with scalars that have a known definition replaced by it (as an expression)."""
+        if depth == 0:
+            return e
+        if isinstance(e, Read) and not e.ref.items and e.ref.container in self.defs:
+            return self._expand_expr(self.defs[e.ref.container][2], depth - 1)
+        if isinstance(e, Op):
+            args = [self._expand_expr(a, depth) for a in e.args]
+            if all(a is b for a, b in zip(args, e.args)):
+                return e
+            return op(e.name, *args)
+        return e
 
     def enter_branch(self, cond, holds):
         """The branch of ``if cond`` taken when ``cond`` is ``holds``."""
@@ -244,6 +288,15 @@ class Facts:
                         form, used = (form[0], form[1] + (1 if lower else -1)), used + [en]
             moved.append((form, used))
         return moved
+
+
+def _substitute(e, var, value):
+    """``e`` with scalar ``var`` replaced by ``value``."""
+    if isinstance(e, Read) and e.ref.container is var and not e.ref.items:
+        return value
+    if isinstance(e, Op):
+        return op(e.name, *[_substitute(a, var, value) for a in e.args])
+    return e
 
 
 def _scale_form(form, k):

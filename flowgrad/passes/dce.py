@@ -6,7 +6,7 @@ reads anything it writes: a value the program computes but never uses (a loss te
 a frontend), an adjoint cleared after its last read. Inside a loop, what the next iteration reads
 before writing it in full counts as read after each of its statements (a fixed point over the
 body), so a buffer the body clears for nothing is found too. Loops, branches, tape pushes and
-pops, and the run-time checks of ``passes.checks`` (``EFFECTS``) are kept; an ``Assign`` of a whole container ends the liveness of the value
+pops, and the run-time checks (``EFFECTS``) are kept; an ``Assign`` of a whole container ends the liveness of the value
 it overwrites.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..ir.core import Assign, Call, For, If, While, stmt_reads, stmt_writes, walk
 
 
-EFFECTS = frozenset({"check_sizes"})      # Calls kept for what they do, not what they write
+EFFECTS = frozenset({"check_sizes", "check_index"})      # Calls kept for what they do, not what they write
 
 
 def eliminate_dead(stmts, live_out):
