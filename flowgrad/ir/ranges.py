@@ -161,8 +161,8 @@ class Facts:
         e = self._expand_expr(i)
         terms, _ = linear(e)
         if any(not _is_var(a, loop["var"]) and loop["var"] in {r.ref.container for r in iter_reads(a)}
-               for _, a in terms.values()):
-            return False                           # not linear in the variable (x[idx[i]])
+               for _, a in terms.values()) or loop["var"] in {r.ref.container for r in iter_reads(dim)}:
+            return False                           # not linear in the variable (x[idx[i]]), or the axis moves
         first, last = (_substitute(e, loop["var"], end) for end in loop["ends"])
         checks = loop.setdefault("checks", [])
         if not any(same_expr(a, first) and same_expr(b, last) and same_expr(n, dim) for a, b, n in checks):
@@ -248,6 +248,15 @@ class Facts:
         terms, c = form
         if not terms:
             return [] if c >= 0 else None
+        for key, (coef, a) in terms.items():
+            # maximum(a, b) >= a and >= b; minimum(a, b) <= a and <= b: either bound will do
+            if depth and isinstance(a, Op) and a.name == ("maximum" if coef > 0 else "minimum"):
+                rest = ({k: v for k, v in terms.items() if k != key}, c)
+                for arg in a.args:
+                    found = self._bounded(_combine_form(rest, self._expand(linear(arg)), coef), depth - 1)
+                    if found is not None:
+                        return found
+                return None
         loops = [i for i, en in enumerate(self.entries) if en["var"] is not None and en["lo"]]
         for i in reversed(loops):
             loop = self.entries[i]
