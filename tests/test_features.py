@@ -196,6 +196,15 @@ def ew_clip(x):
     return np.sum(np.clip(x, -0.5, 0.5) * np.cos(x))
 
 
+def ew_where_guards(x):
+    # the branch not taken is NaN or inf there: its gradient is 0, not 0 * inf
+    return np.sum(np.where(x > -0.5, np.sqrt(x + 0.5), 0.0)) + np.sum(np.where(np.abs(x) > 0.5, 1.0 / x, x))
+
+
+def ew_float_mod(x, y):
+    return np.sum(x * np.mod(x, 0.7)) + np.sum((x % y) * y) + (x[0] % 0.3) * x[1]
+
+
 case(ew_exp, lambda: (U((5,)),))
 case(ew_log, lambda: (U((5,), 0.5, 2.0),))
 case(ew_log1p, lambda: (U((5,), -0.5, 1.0),))
@@ -211,6 +220,9 @@ case(ew_maximum, lambda: apart((6,), x_away=(0.1,), seed=3), ("x", "y"))
 case(ew_minimum, lambda: apart((6,), x_away=(0.1,), seed=4), ("x", "y"))
 case(ew_where, lambda: apart((6,), x_away=(0.0,), seed=5), ("x", "y"))
 case(ew_clip, lambda: (away((8,), (-0.5, 0.5)),))
+case(ew_where_guards, lambda: (np.array([-1.0, 0.0, 0.25, 0.3, 4.0, -0.2]),))
+case(ew_float_mod, lambda: (np.array([-1.13, -0.52, 0.21, 0.45, 1.12, 2.03]),
+                            np.array([0.7, 0.33, -0.9, 0.6, 0.41, 0.8])), ("x", "y"))
 
 # ---------------------------------------------------------------------------------------
 # Reductions: function and method forms, axis and keepdims
@@ -281,6 +293,10 @@ def la_matmul_operator(A, B):
 
 def la_vector_matmul(x, A):
     return np.sum((x @ A) ** 2) + x @ A @ A.T @ x
+
+
+def la_vector_batched_matmul(x, A, B):
+    return np.sum((x @ A) ** 2) + np.sum(np.tanh(x[:3] @ B))
 
 
 def la_dot(A, x, y):
@@ -401,6 +417,7 @@ def la_solve(A, b, B):
 
 case(la_matmul_operator, lambda: (U((3, 4)), U((4, 2), seed=1)), ("A", "B"))
 case(la_vector_matmul, lambda: (U((3,)), U((3, 4), seed=1)), ("x", "A"))
+case(la_vector_batched_matmul, lambda: (U((3,)), U((2, 3, 4), seed=1), U((2, 2, 3, 2), seed=2)), ("x", "A", "B"))
 case(la_dot, lambda: (U((3, 4)), U((4,), seed=1), U((4,), seed=2)), ("A", "x", "y"))
 case(la_matmul_function, lambda: (U((2, 3)), U((3, 4), seed=1)), ("A", "B"))
 case(la_outer, lambda: (U((3,)), U((4,), seed=1), U((3, 4), seed=2)), ("x", "y"))

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
                        Push, Read, Ref, Slice, While, apart, broadcast_shapes, child_blocks, const_value, data_reads,
-                       difference, is_float, iter_reads, loop_range, map_blocks, same_expr, same_ref, scalar,
+                       difference, is_float, iter_reads, loop_range, map_blocks, op, same_expr, same_ref, scalar,
                        stmt_reads, stmt_writes, walk)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
@@ -151,14 +151,18 @@ class ReverseBuilder:
             stmts += self.accumulate(x, contrib, sp)
         return stmts
 
-    def _propagate(self, e, g, space, leaves, out=None):
-        """``out``: where ``e``'s value can be read instead of evaluating ``e`` again."""
+    def _propagate(self, e, g, space, leaves, out=None, guard=None):
+        """``out``: where ``e``'s value can be read instead of evaluating ``e`` again.
+
+        ``guard``: under a branch of ``np.where``, the condition for that branch. Its adjoint is
+        not masked where the branch is not taken, but what reaches each read is: so that
+        ``np.where(x > 0, np.sqrt(x), 0)`` has gradient 0, not 0 * inf = NaN, at x <= 0."""
         if isinstance(e, Const) or not self.is_active_expr(e):
             return []
         space = broadcast_shapes(g.shape, e.shape) if space is None else space
         if isinstance(e, Read):
             if self.grad_ref(e) is not None:
-                leaves.append((e, g, space))
+                leaves.append((e, g if guard is None else op("where", guard, g, 0.0), space))
             return []
         if e.name in ZERO_DERIVATIVE:
             return []
@@ -168,16 +172,24 @@ class ReverseBuilder:
             t = self.temp(g.shape, e.dtype, "gexpr")
             stmts.append(Assign(Ref(t), g))
             g = Read(Ref(t))
-        partials = PARTIALS[e.name](g, e if out is None else out, *e.args)
-        for a, p in zip(e.args, partials):
+        if e.name == "where":
+            c = e.args[0]
+            partials = (None, g, g)
+            guards = (None, c, op("logical_not", c))
+            guards = [x if guard is None or x is None else op("logical_and", guard, x) for x in guards]
+        else:
+            partials = PARTIALS[e.name](g, e if out is None else out, *e.args)
+            guards = [guard] * len(e.args)
+        for a, p, gd in zip(e.args, partials, guards):
             if p is None or not self.is_active_expr(a):
                 continue
             if not isinstance(a, Read) and _needs_unbroadcast(space, a.shape):
                 t = self.temp(a.shape, a.dtype, "gsum")
+                p = p if gd is None else op("where", gd, p, 0.0)
                 stmts.append(Call("sum_to", [p], [t], {"shape": a.shape, "full": space}))
                 stmts += self._propagate(a, Read(Ref(t)), a.shape, leaves)
             else:
-                stmts += self._propagate(a, p, space, leaves)
+                stmts += self._propagate(a, p, space, leaves, guard=gd)
         return stmts
 
     @staticmethod

@@ -33,6 +33,8 @@ PARTIALS = {
                                      op("where", op("greater", a, b), g, 0.0)),
     "arctan2": lambda g, out, y, x: (g * x / (_sq(x) + _sq(y)), -g * y / (_sq(x) + _sq(y))),
     "hypot": lambda g, out, a, b: (g * a / out, g * b / out),
+    # a % b = a - floor(a / b) * b (float operands; integer ones carry no adjoint)
+    "mod": lambda g, out, a, b: (g, -g * op("floor", a / b)),
     "negative": lambda g, out, a: (-g,),
     "abs": lambda g, out, a: (g * op("sign", a),),
     "square": lambda g, out, a: (g * 2.0 * a,),
@@ -57,7 +59,7 @@ PARTIALS = {
     "float32": lambda g, out, a: (g,),
 }
 # Piecewise-constant or boolean results: derivative zero almost everywhere, so no adjoint flows.
-ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "floor_divide", "mod", "less", "less_equal",
+ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "floor_divide", "less", "less_equal",
                    "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
                    "logical_not", "isnan", "isfinite", "int64", "int32", "bool"}
 # FLOPs per element; transcendental functions count as several.
@@ -153,8 +155,14 @@ def _vjp_matmul(ctx, call, gouts):
         if nb == 1:       # (..., n, k) @ (k,) -> (..., n): ga = g[..., None] * b
             contrib = Read(Ref(g, list(Ref(g).items) + [NewAxis()])) * b
             stmts += ctx.accumulate(a, contrib)
-        elif na == 1:     # (k,) @ (..., k, m) -> (..., m): ga = b @ g
-            stmts += ctx.via_temp(a, "matmul", [b, ga], shape=g.shape[:-1] + a.shape)
+        elif na == 1 and nb == 2:     # (k,) @ (k, m) -> (m,): ga = b @ g
+            stmts += ctx.via_temp(a, "matmul", [b, ga], shape=a.shape)
+        elif na == 1:     # (k,) @ (..., k, m) -> (..., m): ga = sum over the batch of b @ g per matrix
+            items = list(Ref(g).items)
+            per = ctx.temp(g.shape[:-1] + a.shape, a.dtype, "gvec")
+            stmts.append(Call("sum", [b * Read(Ref(g, items[:-1] + [NewAxis()] + items[-1:]))], [per],
+                              {"axis": (nb - 1,), "keepdims": False}))
+            stmts += ctx.accumulate(a, Read(Ref(per)))
         else:
             stmts += ctx.via_temp(a, "matmul", [ga, _swap_last(b)], shape=g.shape[:-2] + a.shape[-2:])
     if ctx.active(b):
