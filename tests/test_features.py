@@ -201,6 +201,10 @@ def ew_where_guards(x):
     return np.sum(np.where(x > -0.5, np.sqrt(x + 0.5), 0.0)) + np.sum(np.where(np.abs(x) > 0.5, 1.0 / x, x))
 
 
+def ew_round_decimals(x):
+    return np.sum(np.round(x, 1) * x) + np.sum(x.round(2) * x) + np.sum(np.round(x) * x)
+
+
 def ew_float_mod(x, y):
     return np.sum(x * np.mod(x, 0.7)) + np.sum((x % y) * y) + (x[0] % 0.3) * x[1]
 
@@ -220,6 +224,7 @@ case(ew_maximum, lambda: apart((6,), x_away=(0.1,), seed=3), ("x", "y"))
 case(ew_minimum, lambda: apart((6,), x_away=(0.1,), seed=4), ("x", "y"))
 case(ew_where, lambda: apart((6,), x_away=(0.0,), seed=5), ("x", "y"))
 case(ew_clip, lambda: (away((8,), (-0.5, 0.5)),))
+case(ew_round_decimals, lambda: (np.array([-1.013, -0.562, 0.212, 0.4417, 1.1321, 2.0013, 12.3412]),))
 case(ew_where_guards, lambda: (np.array([-1.0, 0.0, 0.25, 0.3, 4.0, -0.2]),))
 case(ew_float_mod, lambda: (np.array([-1.13, -0.52, 0.21, 0.45, 1.12, 2.03]),
                             np.array([0.7, 0.33, -0.9, 0.6, 0.41, 0.8])), ("x", "y"))

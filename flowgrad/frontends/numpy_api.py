@@ -582,7 +582,24 @@ def _pow(fe, loc, a, b):
     return fe.binop("power", a, b, loc)
 
 
+def _round(fe, loc, a, decimals=0):
+    """np.round(x, decimals): NumPy scales by 10**decimals, rounds half to even, scales back."""
+    if isinstance(decimals, Expr):
+        raise unsupported(loc, "np.round with a run-time number of decimals", "pass decimals as a constant")
+    decimals = int(decimals)
+    if decimals == 0:
+        return _elementwise(fe, "round", [a], loc)
+    x = fe.to_expr(a, loc)
+    if x.dtype.kind != "f":
+        if decimals > 0:
+            return x                       # integers have no decimals to round
+        raise unsupported(loc, "np.round of integers to negative decimals", "round a float copy")
+    scale = 10.0 ** decimals
+    return op("divide", op("round", op("multiply", x, scale)), scale)
+
+
 _FUNCTIONS = {
+    np.round: _round, np.around: _round,
     np.sum: _reduction("sum"), np.prod: _reduction("prod"), np.mean: _reduction("mean"),
     np.max: _reduction("max"), np.min: _reduction("min"), np.amax: _reduction("max"),
     np.amin: _reduction("min"), np.argmax: _reduction("argmax"), np.argmin: _reduction("argmin"),
@@ -698,7 +715,7 @@ _METHODS = {
     "transpose": lambda fe, loc, x, *axes: _transpose(fe, loc, x, (axes[0] if len(axes) == 1 and isinstance(
         axes[0], (tuple, list)) else axes) or None),
     "astype": _astype, "dot": _dot, "cumsum": _cumsum, "clip": _clip,
-    "swapaxes": _swapaxes,
+    "swapaxes": _swapaxes, "round": _round,
     "item": lambda fe, loc, x: x if x.shape == () else indexing.getitem(fe, x, (0,) * len(x.shape), loc),
 }
 
