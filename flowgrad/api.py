@@ -481,7 +481,10 @@ class jit(_Transform):
 
     def __call__(self, *args):
         entry = self.compiled(args)
-        return entry.func(*entry.call_args(args))
+        out = entry.func(*entry.call_args(args))
+        if entry.result.ndim == 0 and not isinstance(out, np.ndarray):
+            out = entry.result.dtype.type(out)       # NumPy's scalar type (np.float32 for float32)
+        return out
 
 
 __all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "FlowgradError"]
