@@ -271,6 +271,12 @@ def red_min(A):
     return np.sum(np.min(A, axis=1) ** 2) + A.min() * 3.0 + np.sum(A - A.min(axis=0, keepdims=True))
 
 
+def red_arg_extremes(A, B):
+    # positions as weights: their gradient is zero, the weights' is not
+    return np.sum(A[:, 0] * np.argmax(A, axis=1)) + np.sum(A[0, :] * np.argmin(A, axis=0)) + \
+        np.sum(B[:, 0] * np.argmax(B, axis=1)) + np.argmin(A[1]) * A[2, 2] + np.argmax(A) * A[0, 1]
+
+
 def red_prod(A):
     return np.sum(np.prod(A, axis=0)) + A.prod() + np.sum(A.prod(axis=1, keepdims=True) * A)
 
@@ -284,6 +290,7 @@ case(red_max, lambda: (U((3, 4)),))
 case(red_max_keepdims_softmax, lambda: (U((3, 4), -2, 2),))
 case(red_min, lambda: (U((3, 4)),))
 case(red_prod, lambda: (U((3, 4), 0.5, 1.5),))
+case(red_arg_extremes, lambda: (U((4, 5)), U((2, 3, 4), seed=1)), ("A", "B"))
 case(red_prod, lambda: (np.array([[0.0, 1.2, 0.7, 0.0], [0.9, 0.0, 1.1, 0.0], [1.3, 0.8, 0.6, 1.4]]),),
      tag="zeros")
 

@@ -144,22 +144,40 @@ def _accumulate(low, x, shape, target, combine, init, ind, reduced=None):
 
 
 def _lower_argext(low, s, ind):
+    """argmax / argmin, over the whole array (a flat position) or along one axis, as NumPy: the
+    first position of the extreme, and the first NaN where there is one."""
     x = s.inputs[0]
     c = _out(low, s, ind)
-    if s.attrs.get("axis") is not None or c.ndim:
-        raise FlowgradError(f"{s.loc}: the native backend supports {s.op} over the whole array only")
-    best, arg, pos = low.fresh("best"), low.fresh("arg"), low.fresh("pos")
-    low.line(f"{best} = {'-np.inf' if s.op == 'argmax' else 'np.inf'}", ind)
-    low.line(f"{arg} = 0", ind)
-    low.line(f"{pos} = 0", ind)
-    names, inner = low.nest(x.shape, ind)
-    v = low.fresh("v")
-    low.line(f"{v} = {low.elem(x, names, x.shape)}", inner)
-    low.line(f"if {v} {'>' if s.op == 'argmax' else '<'} {best}:", inner)
-    low.line(f"{best} = {v}", inner + 1)
-    low.line(f"{arg} = {pos}", inner + 1)
-    low.line(f"{pos} += 1", inner)
-    low.line(f"{c.name} = {arg}", ind)
+    axis = s.attrs.get("axis")
+    axis = None if axis is None else (axis[0] if isinstance(axis, tuple) else axis)
+    better = ">" if s.op == "argmax" else "<"
+    best, arg, v = low.fresh("best"), low.fresh("arg"), low.fresh("v")
+
+    def scan(names, at, inner):
+        low.line(f"{v} = {low.elem(x, names, x.shape)}", inner)
+        low.line(f"if {v} {better} {best} or ({v} != {v} and {best} == {best}):", inner)
+        low.line(f"{best} = {v}", inner + 1)
+        low.line(f"{arg} = {at}", inner + 1)
+
+    start = "-np.inf" if s.op == "argmax" else "np.inf"
+    if axis is None:
+        pos = low.fresh("pos")
+        low.line(f"{best} = {start}", ind)
+        low.line(f"{arg} = 0", ind)
+        low.line(f"{pos} = 0", ind)
+        names, inner = low.nest(x.shape, ind)
+        scan(names, pos, inner)
+        low.line(f"{pos} += 1", inner)
+        low.line(f"{c.name} = {arg}", ind)
+        return
+    rest = [d for k, d in enumerate(x.shape) if k != axis]
+    names, inner = low.nest(rest, ind)
+    p = low.fresh("p")
+    low.line(f"{best} = {start}", inner)
+    low.line(f"{arg} = 0", inner)
+    low.line(f"for {p} in range({low.src(x.shape[axis])}):", inner)
+    scan(names[:axis] + [p] + names[axis:], p, inner + 1)
+    low.line(f"{c.name}[{', '.join(names)}] = {arg}" if c.ndim else f"{c.name} = {arg}", inner)
 
 
 def _operand_array(low, e, ind):
