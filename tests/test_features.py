@@ -878,7 +878,39 @@ def alias_before_loop(x, n):
     return np.sum(y * x) + np.sum(z * z)
 
 
+def rebound_in_some_passes(x, n):
+    f = x + 1.0                      # n = 0: f keeps this value; else the last pass's value
+    g = x * 0.5
+    h = x - 1.0
+    for t in range(n):
+        if t == 3:
+            f = x * 2.0              # only on one pass: the others keep it
+        if t < 2:
+            continue
+        g = np.sin(x) * t            # after a continue: not on every pass
+    for t in reversed(range(n)):
+        h = h * 0.5 + x * t
+    k = 0
+    while k < n - 1:
+        g = g + x
+        k += 1
+    return np.sum(f * g) + np.sum(h) * t
+
+
+def rebound_after_break(x, n):
+    f = x + 1.0
+    for t in range(n):
+        if t >= 1:
+            break
+        f = x * 2.0
+    return np.sum(f * f)
+
+
 case(loop_variable_rebound, lambda: (U((8,)), 3))
+case(rebound_in_some_passes, lambda: (U((4,)), 5), tag="five")
+case(rebound_in_some_passes, lambda: (U((4,)), 1), tag="one")
+case(rebound_after_break, lambda: (U((4,)), 3), tag="breaks")
+case(rebound_after_break, lambda: (U((4,)), 0), tag="no_trips")
 case(loop_variable_after_the_loop, lambda: (U((4,)), 0, 5), tag="no_trips")
 case(loop_variable_after_the_loop, lambda: (U((4,)), 3, 1), tag="no_break")
 case(alias_before_loop, lambda: (U((4,)), 2), tag="two_passes")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
 from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Op, Read, Ref,
-                       While, const_value, iter_reads, op, result_dtype, same_ref, scalar, stmt_writes,
+                       While, const_value, iter_reads, op, result_dtype, same_expr, same_ref, scalar, stmt_writes,
                        walk)
 from ..ir.ranges import Facts
 from . import Captured, indexing
@@ -290,12 +290,18 @@ class Frontend:
                 if not rest:
                     return esc
                 cond = self.none_set(esc.flags)
+                loc = frame.loc(rest[0])
+                env0, owned0 = dict(frame.env), dict(frame.owned)
                 guarded = self.facts.enter_opaque()          # may not run on every pass
                 try:
                     inner, esc2 = self.collect(self.block, rest, frame)
                 finally:
                     self.facts.leave(guarded)
-                self.emit(If(cond, inner, loc=frame.loc(rest[0])))
+                # like an ``if`` without ``else``: names the rest rebinds meet their earlier values
+                skipped = []
+                self.join_branches(frame, env0, (frame.env, frame.owned, inner, esc2),
+                                   (dict(env0), dict(owned0), skipped, Escape()), loc)
+                self.emit(If(cond, inner, skipped, loc=loc))
                 return Escape(_union(esc.flags, esc2.flags))
         return Escape()
 
@@ -456,12 +462,23 @@ class Frontend:
         orelse, esc2 = self.under_facts("else", node, frame, lambda: self.facts.enter_branch(test, False),
                                         lambda: self.collect(self.block, node.orelse, frame))
         env2, owned2 = frame.env, frame.owned
-        frame.env, frame.owned = self.merge(frame, (env1, owned1, then, esc1), (env2, owned2, orelse, esc2), loc)
+        self.join_branches(frame, env0, (env1, owned1, then, esc1), (env2, owned2, orelse, esc2), loc)
         self.emit(If(cond, then, orelse, loc))
         flags = _union(esc1.flags, esc2.flags)
         if esc1.dead and esc2.dead:
             return Escape(flags, dead=True)
         return Escape(flags)
+
+    def join_branches(self, frame, env0, a, b, loc):
+        """Bind the names after two branches (``merge``), from ``env0`` before them."""
+        if self.reads_log is not None and self.reads_log[0] is frame:
+            # a branch that leaves a name alone passes its value on: in a loop, that is a read
+            # (``f = x * 2`` only when t == 3 keeps the value of the passes before)
+            for name, v in env0.items():
+                kept = [e.get(name) is v for e in (a[0], b[0])]
+                if any(kept) and not all(kept):
+                    self.reads_log[1].setdefault(name, v)
+        frame.env, frame.owned = self.merge(frame, a, b, loc)
 
     def hold_scalar(self, e, hint, loc):
         """A run-time scalar expression as a fresh container read (evaluated once, here)."""
@@ -541,6 +558,7 @@ class Frontend:
             else:
                 self.bind(name, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
         bounds = [self.to_expr(b, loc) for b in (start, stop, step)]
+        before = dict(frame.env)
         entry = []
         hoist = ("hoisted checks", frame.fn, node.lineno, node.col_offset)
 
@@ -566,14 +584,15 @@ class Frontend:
             self.emit(If(op("less_equal", lo, hi), [Call("check_index", [x for c in checks for x in c], [flag],
                                                          loc=loc)], loc=loc))
         self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
+        begin, end, by = bounds
+        sign = 1 if const_value(by) is None or const_value(by) > 0 else -1
+        if const_value(by) is None:
+            sign = op("sign", by)
+        trips = op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
+        self.keep_if_no_pass(frame, before, op("greater", trips, 0), loc)
         if element_of is None and held is None:
             # after the loop the name holds the last value it took, or its earlier one
-            begin, end, by = bounds
-            sign = 1 if const_value(by) is None or const_value(by) > 0 else -1
-            if const_value(by) is None:
-                sign = op("sign", by)
-            trips = op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
-            last = begin + (trips - 1) * by
+            last = begin if reverse else begin + (trips - 1) * by
             if _is_int_value(prev):
                 last = op("where", op("greater", trips, 0), last, self.to_expr(prev, loc))
             frame.owned.pop(name, None)
@@ -581,6 +600,24 @@ class Frontend:
                 frame.owned[name] = prev_owned
             self.write_scalar(name, last, frame, loc)
         return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
+
+    def keep_if_no_pass(self, frame, before, ran, loc):
+        """After a loop: a name it rebinds without reading (``f = x * 2.0`` in the body) holds,
+        where the loop made no pass (``ran`` false), the value it had before, as in Python."""
+        fixes = []
+        for name, v0 in before.items():
+            v1 = frame.env.get(name)
+            if v1 is v0 or not isinstance(v1, Read) or not isinstance(v0, Expr) or name in frame.owned:
+                continue
+            c = v1.ref.container
+            e0 = self.to_expr(v0, loc)
+            if c.ndim == 0 or c.kind != "transient" or not v1.ref.is_whole() or len(e0.shape) != c.ndim \
+                    or not all(same_expr(a, b) for a, b in zip(e0.shape, c.shape)):
+                continue
+            fixes.append(Assign(Ref(c), e0, loc=loc))
+        skipped = op("logical_not", ran)
+        if fixes and const_value(skipped) is not False:
+            self.emit(If(skipped, fixes, loc=loc))
 
     def under_facts(self, what, node, frame, enter, trace):
         """``trace()`` (returning the statements it captured first) with the facts ``enter()``
@@ -761,6 +798,8 @@ class Frontend:
             self.emit(Assign(Ref(cvar, ()), self.to_expr(c, loc), loc=loc))
 
         compute_cond()
+        ran = self.materialize(scalar(cvar), "ran", loc)      # whether the loop makes a pass
+        before = dict(frame.env)
         stmts, esc, ctx = self.under_facts("loop", node, frame, None, lambda: self.loop_body(
             node, frame, lambda: None, extra_tail=compute_cond))
         self.emit_loop_prologue(ctx, loc)
@@ -768,6 +807,7 @@ class Frontend:
         if ctx.brk is not None:
             cond = op("logical_and", cond, op("logical_not", scalar(ctx.brk)))
         self.emit(While(cond, stmts, loc))
+        self.keep_if_no_pass(frame, before, ran, loc)
         return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
 
     def flag(self, hint):
