@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import numpy as np
 
@@ -250,15 +251,17 @@ def plan_program(prog, gp, env, budget, strategy):
     plan.strategy = strategy
     cands = []
     top_loops = [s for s in prog.body if isinstance(s, For)]
+    envs = _envs_at_loops(prog.body, env)
     pushes_by_var = _loop_tapes(gp.forward)
     from . import loops as loop_ckpt
     for loop in top_loops:
+        env = envs[id(loop)]
         try:
             trips = len(range(evaluate(loop.start, env), evaluate(loop.stop, env), evaluate(loop.step, env)))
         except _Unknown:
-            plan.notes.append(f"loop over {loop.var.name}: trip count not known from the arguments; stored")
+            _unplanned(plan, loop, "its trip count is not known from the arguments")
             continue
-        pushes = pushes_by_var.get(loop.var.name, [])
+        recorded, pushes = pushes_by_var.get(loop.var.name, (loop, []))
 
         def tape_bytes(env):
             total = 0
@@ -266,13 +269,13 @@ def plan_program(prog, gp, env, budget, strategy):
                 n = push.ref.container.dtype.itemsize
                 for d in push.ref.shape:
                     n *= evaluate(d, env)
-                total += n * _multiplicity(loop, push, env)
+                total += n * _multiplicity(recorded, push, env)   # pushes live in the recorded loop
             return total
 
         try:
             iter_bytes, most_bytes = _over_iterations(loop, env, tape_bytes)
         except _Unknown:
-            plan.notes.append(f"loop over {loop.var.name}: tape size not known; stored")
+            _unplanned(plan, loop, "its tape's size is not known from the arguments")
             continue
         if iter_bytes == 0:
             continue
@@ -306,6 +309,37 @@ def plan_program(prog, gp, env, budget, strategy):
     return plan
 
 
+def _unplanned(plan, loop, why):
+    """A loop the planner cannot size: stored whole, outside the predicted peak. Under a budget
+    that is worth a warning, since the budget may then be exceeded."""
+    note = f"loop over {loop.var.name}" + (f" ({loop.loc})" if loop.loc else "") + \
+        f": {why}; every iteration is stored, and not counted in the predicted peak"
+    plan.notes.append(note)
+    if plan.budget is not None:
+        warnings.warn(f"flowgrad memory_budget: {note}", RuntimeWarning, stacklevel=4)
+
+
+def _envs_at_loops(body, env):
+    """Per top-level loop, ``env`` with the integer scalars the statements before it define
+    (``n = steps``, ``m = n // 2``): its trip count and sizes may read them."""
+    env, out = dict(env), {}
+    for s in body:
+        if isinstance(s, For):
+            out[id(s)] = dict(env)
+        if isinstance(s, Assign) and not s.accumulate and s.dst.container.ndim == 0 \
+                and s.dst.container.dtype.kind in "iu":
+            try:
+                env[s.dst.container] = evaluate(s.expr, env)
+            except _Unknown:
+                env.pop(s.dst.container, None)
+            continue
+        for t in walk([s]):
+            for w in stmt_writes(t):
+                if w.container.ndim == 0:
+                    env.pop(w.container, None)
+    return out
+
+
 def _over_iterations(loop, env, fn, samples=64):
     """The mean and the largest value of ``fn(env)`` over the iterations of ``loop``: ``env``
     binds the loop variable where ``fn`` depends on it (a tape of ``V[:i + 1]``), evaluated at up
@@ -334,10 +368,11 @@ def _logarithmic(cand):
 
 
 def _loop_tapes(forward):
+    """Loop variable name -> (the instrumented forward loop, the pushes in its body)."""
     out = {}
     for s in forward:
         if isinstance(s, For):
-            out[s.var.name] = [t for t in walk(s.body) if t.__class__.__name__ == "Push"]
+            out[s.var.name] = (s, [t for t in walk(s.body) if t.__class__.__name__ == "Push"])
     return out
 
 
