@@ -173,10 +173,18 @@ class ReverseBuilder:
             stmts.append(Assign(Ref(t), g))
             g = Read(Ref(t))
         if e.name == "where":
+            # a branch whose derivatives stay finite takes the masked adjoint, as the rule says;
+            # one that may divide by zero or overflow where it is not taken is masked at its reads
             c = e.args[0]
-            partials = (None, g, g)
-            guards = (None, c, op("logical_not", c))
-            guards = [x if guard is None or x is None else op("logical_and", guard, x) for x in guards]
+            partials, guards = [None], [None]
+            for a, taken, masked in ((e.args[1], c, op("where", c, g, 0.0)),
+                                     (e.args[2], op("logical_not", c), op("where", c, 0.0, g))):
+                if _finite_partials(a):
+                    partials.append(masked)
+                    guards.append(guard)
+                else:
+                    partials.append(g)
+                    guards.append(taken if guard is None else op("logical_and", guard, taken))
         else:
             partials = PARTIALS[e.name](g, e if out is None else out, *e.args)
             guards = [guard] * len(e.args)
@@ -275,6 +283,19 @@ OUTPUT_PARTIALS = frozenset({"tanh", "exp", "expm1", "sqrt"})
 # those whose value costs more to compute again than to keep: the forward of a gradient keeps
 # them as arrays of their own rather than fusing them into their one reader
 KEPT_OUTPUTS = frozenset({"tanh", "exp", "expm1"})
+
+
+# element functions whose partials are finite wherever their operands are
+_FINITE_PARTIALS = frozenset({"add", "subtract", "multiply", "negative", "abs", "square", "maximum",
+                              "minimum", "where", "sin", "cos", "tanh", "arctan", "float64", "float32"})
+
+
+def _finite_partials(e):
+    """Whether every element function in ``e`` has finite partials for finite operands."""
+    if isinstance(e, Op):
+        return (e.name in _FINITE_PARTIALS or e.name in ZERO_DERIVATIVE) and all(
+            _finite_partials(a) for a in e.args)
+    return True
 
 
 def _cheap(e, budget=2):
