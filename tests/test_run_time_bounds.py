@@ -285,3 +285,23 @@ def test_index_checks_move_ahead_of_loops_only_where_every_pass_indexes(backend)
         src = flowgrad.jit(first_k, backend=backend).source(x, 3)
         loop = src[src.index("for i in"):]
         assert "_rt.wrap" in src and "_rt.wrap" not in loop      # checked once, before the loop
+
+
+def every_third(x, b):
+    s = 0.0
+    for i in range(0, b, 3):          # b = 8: i = 0, 3, 6; never 7
+        s = s + x[i]
+    for i in reversed(range(b - 1, 0, -2)):
+        s = s + x[i - 1] * 0.5
+    return s
+
+
+def test_checks_ahead_of_a_loop_use_its_last_value():
+    x = np.arange(1.0, 8.0)
+    for backend in ("numpy", "native"):
+        run = flowgrad.jit(every_third, backend=backend)
+        for b in (0, 1, 7, 8):
+            np.testing.assert_allclose(run(x, b), every_third(x, b), rtol=1e-12)
+        for b in (9, 10):                # x[7] in the second loop; x[9] in the first
+            with pytest.raises(IndexError):
+                run(x, b)

@@ -579,9 +579,8 @@ class Frontend:
         if ctx.brk is not None:
             stmts = [If(op("logical_not", scalar(ctx.brk)), stmts, loc=loc)]
         if checks:
-            lo, hi = entry[-1]["ends"]
             flag = self.container("indices_ok", BOOL, ())
-            self.emit(If(op("less_equal", lo, hi), [Call("check_index", [x for c in checks for x in c], [flag],
+            self.emit(If(entry[-1]["runs"], [Call("check_index", [x for c in checks for x in c], [flag],
                                                          loc=loc)], loc=loc))
         self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
         begin, end, by = bounds

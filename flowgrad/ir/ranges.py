@@ -140,7 +140,13 @@ class Facts:
             entry["lo"], entry["hi"] = [linear(lo)], [linear(hi)]
             entry["facts"].append(_minus(linear(hi), linear(lo)))     # the body runs: lo <= hi
             if hoist:
-                entry["ends"] = (lo, hi)
+                # the first and the last value the variable takes (a step of 3 may stop short of
+                # stop - 1), and whether it takes any
+                sign = 1 if step > 0 else -1
+                last = op("add", start, op("multiply", op("floor_divide", op("subtract", op("subtract", stop, start),
+                                                                               sign), step), step))
+                entry["ends"] = (start, last)
+                entry["runs"] = op("less", start, stop) if step > 0 else op("greater", start, stop)
         return self._push(entry)
 
     def enter_opaque(self):
