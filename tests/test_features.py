@@ -906,7 +906,23 @@ def rebound_after_break(x, n):
     return np.sum(f * f)
 
 
+def views_keep_their_bounds(x, h, n):
+    y = x[h:h + 2]                   # made with h = 2: rebinding h later does not move it
+    h = 5
+    lo = h - 4
+    z = x[lo:lo + 2] * 1.0           # an array whose size reads lo
+    lo = 0
+    s = 0.0
+    k = 0
+    for i in range(n):
+        w = x[k:k + 3]
+        k = k + 2
+        s = s + np.sum(w * w) * (i + 1.0)
+    return np.sum(y * y) + np.sum(z) * 3.0 + s + x[h] + x[lo]
+
+
 case(loop_variable_rebound, lambda: (U((8,)), 3))
+case(views_keep_their_bounds, lambda: (U((8,)), 2, 3))
 case(rebound_in_some_passes, lambda: (U((4,)), 5), tag="five")
 case(rebound_in_some_passes, lambda: (U((4,)), 1), tag="one")
 case(rebound_after_break, lambda: (U((4,)), 3), tag="breaks")

@@ -18,7 +18,7 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Op, Read, Ref,
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Index, Op, Read, Ref, Slice,
                        While, const_value, iter_reads, op, result_dtype, same_expr, same_ref, scalar, stmt_writes,
                        walk)
 from ..ir.ranges import Facts
@@ -430,9 +430,34 @@ class Frontend:
         elif result_dtype([scalar(c), e], "same") != c.dtype and not (c.dtype.kind == "f" and e.dtype.kind == "f"):
             self.hints[key] = result_dtype([scalar(c), e], "same")
             raise Restart()
+        self.keep_views_of(c, loc)
         self.emit(Assign(Ref(c, ()), e, loc=loc))
         self.facts.define(c, e)
         frame.env[name] = scalar(c)
+
+    def keep_views_of(self, c, loc):
+        """Before scalar ``c`` is written: names bound to views whose bounds read it
+        (``y = x[k:k + 3]; k = k + 2``), or to arrays whose size does, keep the value it has
+        now, as in Python, where the view or array was made with it. ``c`` is copied into a
+        scalar of its own that those bindings read instead (an array of such a size is copied
+        into one sized by it)."""
+        users = [(f, name, v) for f in self.frames for name, v in f.env.items()
+                 if isinstance(v, Read) and c in _reads_deep(v)]
+        if not users:
+            return
+        was = self.container(c.name + "_was", c.dtype, ())
+        self.emit(Assign(Ref(was, ()), scalar(c), loc=loc))
+        copies = {}
+        for f, name, v in users:
+            source = v.ref.container
+            if any(c in {r.ref.container for r in iter_reads(d)} for d in source.shape):
+                if source not in copies:          # its size reads c: a copy sized by the kept value
+                    copy = self.container(source.name, source.dtype,
+                                          tuple(_replace_reads(d, c, was) for d in source.shape))
+                    self.emit(Assign(Ref(copy), Read(Ref(source)), loc=loc))
+                    copies[source] = copy
+                v = Read(Ref(copies[source], v.ref.items, v.ref.perm))
+            f.env[name] = _replace_reads(v, c, was)
 
     def write_ref(self, ref, value, loc, accumulate=False, rhs=None, opname=None):
         """Write ``value`` into a view; ``x += y`` on arrays is an in-place accumulation."""
@@ -1136,6 +1161,34 @@ def _check_broadcast(src, dst, loc):
         if const_value(a) is not None and const_value(b) is not None and const_value(a) != const_value(b):
             raise FlowgradError(f"{loc}: cannot broadcast a value into a view of shape "
                                 f"{tuple(const_value(d) for d in dst)}")
+
+
+def _reads_deep(e):
+    """The containers an expression reads, with those its operands' sizes read."""
+    out = set()
+    for r in iter_reads(e):
+        out.add(r.ref.container)
+        for d in r.ref.container.shape:
+            out |= {x.ref.container for x in iter_reads(d)}
+    return out
+
+
+def _replace_reads(e, c, by):
+    """``e`` reading scalar ``by`` where it read scalar ``c`` (in values, indices and view bounds)."""
+    if isinstance(e, Read):
+        if e.ref.container is c and not e.ref.items:
+            return scalar(by)
+        items = []
+        for it in e.ref.items:
+            if isinstance(it, Index):
+                it = Index(_replace_reads(it.at, c, by))
+            elif isinstance(it, Slice):
+                it = Slice(*(_replace_reads(x, c, by) for x in (it.start, it.size, it.step)))
+            items.append(it)
+        return Read(Ref(e.ref.container, items, e.ref.perm))
+    if isinstance(e, Op):
+        return op(e.name, *(_replace_reads(a, c, by) for a in e.args))
+    return e
 
 
 def _breaks(stmts):
