@@ -609,9 +609,8 @@ class Frontend:
                                                          loc=loc)], loc=loc))
         self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
         begin, end, by = bounds
-        sign = 1 if const_value(by) is None or const_value(by) > 0 else -1
-        if const_value(by) is None:
-            sign = op("sign", by)
+        k = const_value(by)
+        sign = op("sign", by) if k is None else (1 if k > 0 else -1)
         trips = op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
         self.keep_if_no_pass(frame, before, op("greater", trips, 0), loc)
         if element_of is None and held is None:
