@@ -17,6 +17,7 @@ from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError
 from .frontends.python import capture
+from .passes.bounds import hoist_view_bounds
 from .passes.checks import insert_size_checks
 from .passes.dce import eliminate_dead
 from .passes.fuse import fuse_temporaries, split_kept
@@ -94,6 +95,9 @@ class _Compiled:
                 self.prog.body = _pass("take", lambda b: fuse_gathers(b)[0], self.prog.body, containers)
                 self.prog.body = _pass("pack", lambda b: pack_strided_views(b, containers, cap.namer),
                                        self.prog.body, containers)
+            self.prog.body = _pass("bounds", lambda b: hoist_view_bounds(b, containers, cap.namer),
+                                   self.prog.body, containers)
+            if backend == "native":
                 self.src = native_backend.emit_forward(self.prog)
                 self.func = self.kernel = native_backend.compile_source(self.src, name)
             else:
@@ -140,6 +144,12 @@ class _Compiled:
             for sweep in ("forward", "backward"):
                 setattr(gp, sweep, _pass("pack", lambda b: pack_strided_views(b, gp.containers, cap.namer),
                                          getattr(gp, sweep), gp.containers))
+        before = set(gp.containers)
+        for sweep in ("forward", "backward"):
+            setattr(gp, sweep, _pass("bounds", lambda b: hoist_view_bounds(b, gp.containers, cap.namer),
+                                     getattr(gp, sweep), gp.containers))
+        gp.forward_containers += [c for n, c in gp.containers.items() if n not in before]
+        if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
             self.func = _native_vjp(self.kernel, self.gp.cotangent, self.wrt)

@@ -53,6 +53,11 @@ def expr_src(e) -> str:
             return f"np.round({args[0]})"
         if e.name == "checked_index":
             return f"_rt.checked_index({args[0]}, {args[1]})"
+        if e.shape == () and e.dtype.kind in "iu" and e.name in ("maximum", "minimum", "where"):
+            # integer scalars (view bounds): Python's own, not a NumPy call on each
+            if e.name == "where":
+                return f"({args[1]} if {args[0]} else {args[2]})"
+            return f"{e.name[:3]}({args[0]}, {args[1]})"
         return f"np.{_NP_NAME.get(e.name, e.name)}({', '.join(args)})"
     raise TypeError(f"cannot emit {e!r}")
 
