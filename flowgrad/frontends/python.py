@@ -18,8 +18,9 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Index, Op, Read, Ref, Slice,
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, For, If, Op, Read, Ref,
                        While, const_value, iter_reads, op, result_dtype, same_expr, same_ref, scalar, stmt_writes,
+                       substitute,
                        walk)
 from ..ir.ranges import Facts
 from . import Captured, indexing
@@ -453,11 +454,11 @@ class Frontend:
             if any(c in {r.ref.container for r in iter_reads(d)} for d in source.shape):
                 if source not in copies:          # its size reads c: a copy sized by the kept value
                     copy = self.container(source.name, source.dtype,
-                                          tuple(_replace_reads(d, c, was) for d in source.shape))
+                                          tuple(substitute(d, c, scalar(was)) for d in source.shape))
                     self.emit(Assign(Ref(copy), Read(Ref(source)), loc=loc))
                     copies[source] = copy
                 v = Read(Ref(copies[source], v.ref.items, v.ref.perm))
-            f.env[name] = _replace_reads(v, c, was)
+            f.env[name] = substitute(v, c, scalar(was))
 
     def write_ref(self, ref, value, loc, accumulate=False, rhs=None, opname=None):
         """Write ``value`` into a view; ``x += y`` on arrays is an in-place accumulation."""
@@ -1170,24 +1171,6 @@ def _reads_deep(e):
         for d in r.ref.container.shape:
             out |= {x.ref.container for x in iter_reads(d)}
     return out
-
-
-def _replace_reads(e, c, by):
-    """``e`` reading scalar ``by`` where it read scalar ``c`` (in values, indices and view bounds)."""
-    if isinstance(e, Read):
-        if e.ref.container is c and not e.ref.items:
-            return scalar(by)
-        items = []
-        for it in e.ref.items:
-            if isinstance(it, Index):
-                it = Index(_replace_reads(it.at, c, by))
-            elif isinstance(it, Slice):
-                it = Slice(*(_replace_reads(x, c, by) for x in (it.start, it.size, it.step)))
-            items.append(it)
-        return Read(Ref(e.ref.container, items, e.ref.perm))
-    if isinstance(e, Op):
-        return op(e.name, *(_replace_reads(a, c, by) for a in e.args))
-    return e
 
 
 def _breaks(stmts):

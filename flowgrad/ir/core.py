@@ -516,6 +516,25 @@ def apart(a: Ref, b: Ref, ranges=None) -> bool:
     return False
 
 
+def substitute(e, c, by: Expr):
+    """``e`` with every read of scalar ``c`` (in values, indices and view bounds) replaced by
+    expression ``by``."""
+    if isinstance(e, Read):
+        if e.ref.container is c and not e.ref.items:
+            return by
+        items = []
+        for it in e.ref.items:
+            if isinstance(it, Index):
+                it = Index(substitute(it.at, c, by))
+            elif isinstance(it, Slice):
+                it = Slice(*(substitute(x, c, by) for x in (it.start, it.size, it.step)))
+            items.append(it)
+        return Read(Ref(e.ref.container, items, e.ref.perm))
+    if isinstance(e, Op):
+        return op(e.name, *(substitute(a, c, by) for a in e.args))
+    return e
+
+
 def same_expr(a: Expr, b: Expr) -> bool:
     """Structural equality of expressions."""
     if a is b:

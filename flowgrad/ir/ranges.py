@@ -15,7 +15,7 @@ the ``else`` of ``if k == 0``), so that those views stay affine.
 """
 from __future__ import annotations
 
-from .core import Const, Expr, Op, Read, const_value, iter_reads, op, same_expr
+from .core import Const, Expr, Op, Read, const_value, iter_reads, op, same_expr, substitute
 
 
 def _key(e):
@@ -169,7 +169,7 @@ class Facts:
         if any(not _is_var(a, loop["var"]) and loop["var"] in {r.ref.container for r in iter_reads(a)}
                for _, a in terms.values()) or loop["var"] in {r.ref.container for r in iter_reads(dim)}:
             return False                           # not linear in the variable (x[idx[i]]), or the axis moves
-        first, last = (_substitute(e, loop["var"], end) for end in loop["ends"])
+        first, last = (substitute(e, loop["var"], end) for end in loop["ends"])
         checks = loop.setdefault("checks", [])
         if not any(same_expr(a, first) and same_expr(b, last) and same_expr(n, dim) for a, b, n in checks):
             checks.append((first, last, dim))
@@ -303,15 +303,6 @@ class Facts:
                         form, used = (form[0], form[1] + (1 if lower else -1)), used + [en]
             moved.append((form, used))
         return moved
-
-
-def _substitute(e, var, value):
-    """``e`` with scalar ``var`` replaced by ``value``."""
-    if isinstance(e, Read) and e.ref.container is var and not e.ref.items:
-        return value
-    if isinstance(e, Op):
-        return op(e.name, *[_substitute(a, var, value) for a in e.args])
-    return e
 
 
 def _scale_form(form, k):
