@@ -1,0 +1,388 @@
+"""The Python frontend's loops: ``for`` and ``while`` statements, ``break`` and ``continue``.
+
+A loop stays a loop in the IR. Its body is captured once, so every pass must run the same
+code: a name the body reads and then rebinds is loop-carried, its new value copied back into
+the storage it had on entry (``reconcile``); a name rebound without being read keeps its
+earlier value when the loop makes no pass (``keep_if_no_pass``). What the range facts of
+``ir.ranges`` know inside the body (the loop variable's range, that the body runs at all)
+holds only if the body writes nothing they read; where it does, capture restarts without
+them (``under_facts``).
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+
+import numpy as np
+
+from ..errors import FlowgradError, unsupported
+from ..ir.core import (BOOL, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads,
+                       op, same_expr, same_ref, scalar, stmt_writes, walk)
+from . import indexing
+
+
+class Restart(Exception):
+    """Capture must start again (a scalar's dtype widened, or facts a proof relied on do not hold)."""
+
+
+class Escape:
+    """What a compiled statement may do to the rest of its block: break/continue/return."""
+
+    def __init__(self, flags=(), dead=False):
+        self.flags = list(flags)   # containers that, when set, skip the rest of the block
+        self.dead = dead           # the rest of the block can never run
+
+
+class LoopCtx:
+    def __init__(self):
+        self.brk = None      # bool container, created on the first break/return inside
+        self.cont = None
+
+
+class LoopStatements:
+    """The frontend's loop statements (mixed into ``python.Frontend``)."""
+
+    def stmt_For(self, node, frame):
+        loc = frame.loc(node)
+        if node.orelse:
+            raise unsupported(loc, "for-else", "use a flag variable")
+        if not isinstance(node.target, ast.Name):
+            raise unsupported(loc, "for loop with a tuple target", "loop over range(...) and index arrays")
+        start, stop, step, reverse, element_of = self.loop_range(node.iter, frame, loc)
+        name = node.target.id
+        var = self.container(name if element_of is None else "i_" + name, I64, ())
+        prev, prev_owned = frame.env.get(name), frame.owned.get(name)
+        # Python's name is not the loop's counter: where the body rebinds it, or a break leaves
+        # it at the value it had then, it lives in a scalar of its own, which keeps its earlier
+        # value when the loop does not run
+        held = None
+        if element_of is None and (name in _assigned_names(node.body) or _breaks(node.body)):
+            held = self.container(name, I64, ())
+            if _is_int_value(prev):
+                self.emit(Assign(Ref(held, ()), self.to_expr(prev, loc), loc=loc))
+
+        def body_setup():
+            if held is not None:
+                self.emit(Assign(Ref(held, ()), scalar(var), loc=loc))
+                self.facts.define(held, scalar(var))
+                frame.owned[name], frame.env[name] = held, scalar(held)
+            elif element_of is None:
+                self.bind_loop_var(name, var, frame)
+            else:
+                self.bind(name, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
+        bounds = [self.to_expr(b, loc) for b in (start, stop, step)]
+        before = dict(frame.env)
+        entry = []
+        hoist = ("hoisted checks", frame.fn, node.lineno, node.col_offset)
+
+        def enter():
+            entry.append(self.facts.enter_loop(var, *bounds, hoist=hoist not in self.hints))
+            return entry[-1]
+        stmts, esc, ctx = self.under_facts("loop", node, frame, enter, lambda: self.loop_body(node, frame, body_setup))
+        checks = entry[-1].get("checks", []) if entry else []
+        if checks:
+            # moved ahead of the loop: right only if every pass runs the code that indexes, with
+            # what the checks read unchanged
+            written = {w.container for t in walk(stmts) for w in stmt_writes(t)}
+            if ctx.brk is not None or ctx.cont is not None or esc.flags or written & entry[-1]["check_reads"]:
+                self.hints[hoist] = True
+                raise Restart()
+        bounds = self.hoist_bounds(bounds, stmts, loc)
+        self.emit_loop_prologue(ctx, loc)
+        if ctx.brk is not None:
+            stmts = [If(op("logical_not", scalar(ctx.brk)), stmts, loc=loc)]
+        if checks:
+            flag = self.container("indices_ok", BOOL, ())
+            self.emit(If(entry[-1]["runs"], [Call("check_index", [x for c in checks for x in c], [flag],
+                                                         loc=loc)], loc=loc))
+        self.emit(For(var, *bounds, stmts, reverse=reverse, loc=loc))
+        begin, end, by = bounds
+        k = const_value(by)
+        sign = op("sign", by) if k is None else (1 if k > 0 else -1)
+        trips = op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
+        self.keep_if_no_pass(frame, before, op("greater", trips, 0), loc)
+        if element_of is None and held is None:
+            # after the loop the name holds the last value it took, or its earlier one
+            last = begin if reverse else begin + (trips - 1) * by
+            if _is_int_value(prev):
+                last = op("where", op("greater", trips, 0), last, self.to_expr(prev, loc))
+            frame.owned.pop(name, None)
+            if prev_owned is not None:
+                frame.owned[name] = prev_owned
+            self.write_scalar(name, last, frame, loc)
+        return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
+
+    def keep_if_no_pass(self, frame, before, ran, loc):
+        """After a loop: a name it rebinds without reading (``f = x * 2.0`` in the body) holds,
+        where the loop made no pass (``ran`` false), the value it had before, as in Python."""
+        fixes = []
+        for name, v0 in before.items():
+            v1 = frame.env.get(name)
+            if v1 is v0 or not isinstance(v1, Read) or not isinstance(v0, Expr) or name in frame.owned:
+                continue
+            c = v1.ref.container
+            e0 = self.to_expr(v0, loc)
+            if c.ndim == 0 or c.kind != "transient" or not v1.ref.is_whole() or len(e0.shape) != c.ndim \
+                    or not all(same_expr(a, b) for a, b in zip(e0.shape, c.shape)):
+                continue
+            fixes.append(Assign(Ref(c), e0, loc=loc))
+        skipped = op("logical_not", ran)
+        if fixes and const_value(skipped) is not False:
+            self.emit(If(skipped, fixes, loc=loc))
+
+    def under_facts(self, what, node, frame, enter, trace):
+        """``trace()`` (returning the statements it captured first) with the facts ``enter()``
+        records about the code it captures (``what``: a loop's body, a branch of ``node``) known
+        to the indexing, and the scalar definitions (``Facts.define``) valid in it. They hold only if that code writes nothing they read; where it does and
+        a proof relied on them, capture starts again without them."""
+        key = ("facts", what, frame.fn, node.lineno, node.col_offset)
+        entry = (enter if enter is not None and key not in self.hints else self.facts.enter_opaque)()
+        saved = self.facts.open_scope(loop=what == "loop")
+        try:
+            out = trace()
+        finally:
+            if entry is not None:
+                self.facts.leave(entry)
+        written = {w.container for t in walk(out[0]) for w in stmt_writes(t)}
+        self.facts.close_scope(saved, written)
+        if entry is not None and entry["used"] and written & entry["reads"]:
+            self.hints[key] = True
+            raise Restart()
+        return out
+
+    def bind_loop_var(self, name, var, frame):
+        frame.owned[name] = var
+        frame.env[name] = scalar(var)
+
+    def loop_range(self, it, frame, loc):
+        reverse = False
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "reversed" \
+                and self.lookup("reversed", frame, it) is builtins.reversed:
+            reverse = True
+            it = it.args[0]
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+                and self.lookup("range", frame, it) is builtins.range:
+            if it.keywords or not 1 <= len(it.args) <= 3:
+                raise unsupported(loc, "range() form", "use range(stop), range(start, stop[, step])")
+            vals = [self.eval(a, frame) for a in it.args]
+            for v in vals:
+                if not (isinstance(v, (int, np.integer)) or isinstance(v, Expr) and v.shape == ()
+                        and v.dtype.kind in "iu"):
+                    raise unsupported(loc, "range() with a non-integer bound", "pass integers to range")
+            if len(vals) == 1:
+                vals = [0] + vals
+            if len(vals) == 2:
+                vals.append(1)
+            if const_value(self.to_expr(vals[2])) == 0:
+                raise FlowgradError(f"{loc}: range() step must not be zero")
+            return vals[0], vals[1], vals[2], reverse, None
+        seq = self.eval(it, frame)
+        if isinstance(seq, Expr) and seq.shape:
+            return 0, seq.shape[0], 1, reverse, seq
+        raise unsupported(loc, "for loop over this iterable",
+                          "loop over range(...) (enumerate, zip and lists are not supported)")
+
+    def hoist_bounds(self, bounds, body, loc):
+        """Loop bounds are evaluated once, before the loop: copy any the body may change."""
+        written = {r.container for s in walk(body) for r in stmt_writes(s)}
+        out = []
+        for b in bounds:
+            e = self.to_expr(b, loc)
+            if any(r.ref.container in written for r in iter_reads(e)):
+                e = self.materialize(e, "bound", loc)
+            out.append(e)
+        return out
+
+    def loop_body(self, node, frame, setup, extra_tail=None):
+        """Compile a loop body, reconciling names it rebinds so every iteration runs the same code.
+
+        A name the body reads and then rebinds (``x = f(x)``, ``u, v = v, u``) is loop-carried:
+        its new value is copied back into the container it had on entry at the end of each
+        iteration. Names first assigned inside the body are bound to their last value after it.
+        """
+        assigned = _assigned_names(node.body)
+        for name in assigned:
+            v = frame.env.get(name)
+            if isinstance(v, (bool, int, float, np.number)) and not isinstance(v, bool) or \
+                    isinstance(v, (np.bool_,)) or isinstance(v, bool) and name in frame.owned:
+                self.write_scalar(name, Const(v), frame, frame.loc(node))
+        for attempt in range(4):
+            env0, owned0 = dict(frame.env), dict(frame.owned)
+            ctx = LoopCtx()
+            frame.loops.append(ctx)
+            outer_log = self.reads_log
+            self.reads_log = (frame, {})
+            try:
+                def run():
+                    setup()
+                    esc = self.block(node.body, frame)
+                    if extra_tail is not None:
+                        extra_tail()
+                    return esc
+                stmts, esc = self.collect(run)
+            finally:
+                frame.loops.pop()
+                log = self.reads_log[1]
+                self.reads_log = outer_log
+            if outer_log is not None and outer_log[0] is frame:
+                for k, v in log.items():
+                    if env0.get(k) is v:
+                        outer_log[1].setdefault(k, v)
+            fix = self.reconcile(frame, env0, owned0, log, stmts, frame.loc(node))
+            if not fix:
+                if ctx.cont is not None:
+                    stmts.insert(0, Assign(Ref(ctx.cont, ()), Const(False), loc=frame.loc(node)))
+                return stmts, esc, ctx
+            frame.env, frame.owned = env0, owned0
+            for name in fix:
+                frame.env[name] = self.materialize(frame.env[name], name, frame.loc(node))
+        raise unsupported(frame.loc(node), f"loop whose variable{'s' if len(fix) > 1 else ''} "
+                          f"{', '.join(map(repr, fix))} cannot be given fixed storage",
+                          "give each name one kind of value across iterations: the same shape "
+                          "(a scalar stays a scalar: start from np.zeros(shape) to accumulate arrays), "
+                          "and a whole array rather than a view")
+
+    def reconcile(self, frame, env0, owned0, log, stmts, loc):
+        """Copy loop-carried rebinds back to their entry containers; returns names needing storage."""
+        carried = []
+        for name, v0 in env0.items():
+            v1 = frame.env.get(name)
+            if _same_binding(v0, v1) and owned0.get(name) is frame.owned.get(name):
+                continue
+            if name not in log or log[name] is not v0:
+                continue
+            if name in owned0 and owned0[name] is frame.owned.get(name):
+                continue
+            if not (isinstance(v0, Read) and v0.ref.is_whole() and v0.ref.container.ndim
+                    and v0.ref.container.kind in ("transient", "arg")):
+                return [name]
+            e1 = self.to_expr(v1, loc)
+            if len(e1.shape) != v0.ref.container.ndim:
+                raise unsupported(loc, f"array {name!r} changing shape inside a loop",
+                                  "preallocate the array with its final shape and fill it in place")
+            carried.append((name, v0, e1))
+        if not carried:
+            return []
+        # a name that shared its container with another one on entry (``y = x`` before the loop)
+        # gets storage of its own before the loop: writing its new values back would change both
+        aliased = [n for n, v0, _ in carried if any(
+            other != n and isinstance(w, Read) and w.ref.container is v0.ref.container
+            for other, w in env0.items())]
+        if aliased:
+            return aliased
+        dests = {v0.ref.container for _, v0, _ in carried}
+        carried_names = {n for n, _, _ in carried}
+        # other names still viewing a destination would see it overwritten: give them a copy
+        for name, v in list(frame.env.items()):
+            if name in carried_names or not isinstance(v, Read):
+                continue
+            if v.ref.container in dests:
+                stmts.append(Assign(Ref(c := self.container(name, v.dtype, v.shape)), v, loc=loc))
+                frame.env[name] = Read(Ref(c))
+        staged = []
+        for name, v0, e1 in carried:
+            src_containers = {r.ref.container for r in _reads(e1)}
+            if src_containers & dests:
+                t = self.container(name + "_next", v0.dtype, v0.ref.container.shape)
+                stmts.append(Assign(Ref(t), e1, loc=loc))
+                e1 = Read(Ref(t))
+            staged.append((v0, e1))
+        for v0, e1 in staged:
+            stmts.append(Assign(v0.ref, e1, loc=loc))
+        for name, v0, _ in carried:
+            frame.env[name] = v0
+        return []
+
+    def emit_loop_prologue(self, ctx, loc):
+        if ctx.brk is not None:
+            self.emit(Assign(Ref(ctx.brk, ()), Const(False), loc=loc))
+
+    def stmt_While(self, node, frame):
+        loc = frame.loc(node)
+        if node.orelse:
+            raise unsupported(loc, "while-else", "use a flag variable")
+        cond_name = self.namer("while_cond")
+        cvar = self.container(cond_name, BOOL, ())
+
+        def compute_cond():
+            c = self.truth(self.eval(node.test, frame), loc)
+            self.emit(Assign(Ref(cvar, ()), self.to_expr(c, loc), loc=loc))
+
+        compute_cond()
+        ran = self.materialize(scalar(cvar), "ran", loc)      # whether the loop makes a pass
+        before = dict(frame.env)
+        stmts, esc, ctx = self.under_facts("loop", node, frame, None, lambda: self.loop_body(
+            node, frame, lambda: None, extra_tail=compute_cond))
+        self.emit_loop_prologue(ctx, loc)
+        cond = scalar(cvar)
+        if ctx.brk is not None:
+            cond = op("logical_and", cond, op("logical_not", scalar(ctx.brk)))
+        self.emit(While(cond, stmts, loc))
+        self.keep_if_no_pass(frame, before, ran, loc)
+        return Escape([frame.ret_flag] if esc.flags and frame.ret_flag in esc.flags else [])
+
+    def flag(self, hint):
+        return self.container(hint, BOOL, ())
+
+    def stmt_Break(self, node, frame):
+        if not frame.loops:
+            raise FlowgradError(f"{frame.loc(node)}: break outside a loop")
+        ctx = frame.loops[-1]
+        if ctx.brk is None:
+            ctx.brk = self.flag("brk")
+        self.emit(Assign(Ref(ctx.brk, ()), Const(True), loc=frame.loc(node)))
+        return Escape([ctx.brk], dead=True)
+
+    def stmt_Continue(self, node, frame):
+        if not frame.loops:
+            raise FlowgradError(f"{frame.loc(node)}: continue outside a loop")
+        ctx = frame.loops[-1]
+        if ctx.cont is None:
+            ctx.cont = self.flag("cont")
+        self.emit(Assign(Ref(ctx.cont, ()), Const(True), loc=frame.loc(node)))
+        return Escape([ctx.cont], dead=True)
+
+
+def _breaks(stmts):
+    """Whether a ``break`` in ``stmts`` ends their loop (not one of its inner loops)."""
+    for node in stmts:
+        if isinstance(node, ast.Break):
+            return True
+        if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if any(_breaks(getattr(node, f, [])) for f in ("body", "orelse", "handlers", "finalbody")):
+            return True
+    return False
+
+
+def _is_int_value(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) or \
+        isinstance(v, Expr) and v.shape == () and v.dtype.kind in "iu"
+
+
+def _assigned_names(stmts):
+    names = []
+    for node in stmts:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                names.append(sub.id)
+            elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
+                names.append(sub.target.id)
+    return list(dict.fromkeys(names))
+
+
+def _reads(e):
+    return list(iter_reads(e))
+
+
+def _same_binding(a, b):
+    if a is b:
+        return True
+    if isinstance(a, Read) and isinstance(b, Read):
+        return same_ref(a.ref, b.ref)
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return False
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - arrays and odd objects compare badly
+        return False
