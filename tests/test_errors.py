@@ -137,6 +137,21 @@ def writes_through_reshape(x):
     return np.sum(x * x)
 
 
+def reads_reshape_after_source_write(x):
+    y = x.reshape(2, 3)
+    x[0] = 5.0
+    return np.sum(y[0] * y[1])   # NumPy: y shows the write
+
+
+def writes_source_of_reshape_in_loop(x, n):
+    y = x.reshape(2, 3)
+    s = 0.0
+    for i in range(n):
+        s += np.sum(y * y)
+        x[i] += 1.0              # NumPy: the next pass's y shows the write
+    return s
+
+
 UNSUPPORTED = [
     pytest.param(uses_list_comprehension, "for v in y", r"comprehension", lambda: (U((4,)),), id="list-comprehension"),
     pytest.param(uses_try, "try:", r"\btry\b", lambda: (U((4,), 0.5, 1.0),), id="try-except"),
@@ -152,6 +167,10 @@ UNSUPPORTED = [
     pytest.param(uses_global, "global CALLS", r"\bglobal\b", lambda: (U((4,)),), id="global"),
     pytest.param(unsupported_in_dead_branch, "for v in x", r"comprehension", lambda: (U((4,)), 3), id="dead-branch"),
     pytest.param(writes_through_reshape, "y[0, 0] = 5.0", r"reshape", lambda: (U((6,)),), id="write-through-reshape"),
+    pytest.param(reads_reshape_after_source_write, "return np.sum(y[0] * y[1])", r"reshape.*written since",
+                 lambda: (U((6,)),), id="read-reshape-after-source-write"),
+    pytest.param(writes_source_of_reshape_in_loop, "x[i] += 1.0", r"in a loop.*reshape",
+                 lambda: (U((6,)), 3), id="write-reshape-source-in-loop"),
 ]
 
 

@@ -2,7 +2,8 @@
 the loop variable rebound in the body, after a break or a loop that makes no pass; names
 rebound on some passes only, or on every pass of a loop that may make none; a name sharing its
 array with another on loop entry; views that keep the scalars they were made with; a while
-loop whose trip count differs on each pass of the loop around it. Each case: the gradient
+loop whose trip count differs on each pass of the loop around it; a reshape made again
+after each write into its source. Each case: the gradient
 against finite differences and the forward program against plain NumPy, on every backend.
 
 The programs live at module level: flowgrad captures them from this file's source.
@@ -117,6 +118,19 @@ def while_in_for(x, n):
 
 
 case(while_in_for, lambda: (U((3,)), 4))
+
+
+def reshape_after_writes(x, n):
+    s = 0.0
+    for i in range(n):
+        z = x.reshape(2, 3)          # made on each pass, after the last write: NumPy's view and
+        s += np.sum(z[1] * z[0])     # flowgrad's copy agree
+        x[i] = x[i] * 1.5
+    z = x.reshape(3, 2)
+    return s + np.sum(z[:, 0] ** 2)
+
+
+case(reshape_after_writes, lambda: (U((6,)), 3))
 
 
 @pytest.mark.parametrize("fn, make, wrt", CASES)

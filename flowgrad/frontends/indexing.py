@@ -288,19 +288,46 @@ def _mask_gather(fe, base, idx, loc):
 
 
 def check_writable(fe, c, loc):
-    """Refuse a write into the result of ``reshape``/``ravel`` of an array a name or an argument
-    still holds: NumPy's result is a view, so the write changes that array too; flowgrad's is a
-    copy. (A reshape of a fresh array, ``np.zeros(12).reshape(3, 4)``, may be written.)"""
-    source, where = getattr(fe, "reshaped", {}).get(c, (None, None))
-    if source is None:
-        return
-    held = source.kind == "arg" or any(isinstance(v, Read) and v.ref.container is source
-                                       for f in fe.frames for v in f.env.values())
-    if held:
+    """Refuse what would make a ``reshape``/``ravel`` result differ from NumPy's, which is a view
+    where flowgrad's is a copy: a write into that result while its source array is still in use
+    (the write would change the source too), and a read of it after its source was written
+    (``stale``: it would show the write). A write into the source inside a loop, with the
+    result made before the loop still held, is refused at once, since a later pass may read it.
+    (A reshape of a fresh array, ``np.zeros(12).reshape(3, 4)``, may be written.)"""
+    reshaped = getattr(fe, "reshaped", {})
+    source, where, _ = reshaped.get(c, (None, None, 0))
+    if source is not None and _held(fe, source):
         raise unsupported(loc, f"writing into the result of reshape/ravel ({where}) of an array that is "
                                "still in use (NumPy's result is a view: the write would change that "
                                "array too)", "write into the original array, or reshape a copy "
                                              "(np.copy(x).reshape(...)) if it must not change")
+    for out, (source, where, depth) in reshaped.items():
+        if source is not c or not _held(fe, out):
+            continue
+        if fe.loop_depth() > depth:
+            raise unsupported(loc, f"writing, in a loop, into an array whose reshape/ravel ({where}, made "
+                                   "before the loop) is still in use (NumPy's result is a view: a later "
+                                   "read of it would show the write)",
+                              "reshape inside the loop, after the write, or reshape a copy "
+                              "(np.copy(x).reshape(...)) if it must keep the old values")
+        fe.stale[out] = (where, loc)
+
+
+def check_fresh(fe, value, loc):
+    """Refuse reading a reshape/ravel result whose source was written after it was made (see
+    ``check_writable``)."""
+    if isinstance(value, Read) and value.ref.container in getattr(fe, "stale", {}):
+        where, written = fe.stale[value.ref.container]
+        raise unsupported(loc, f"reading the result of reshape/ravel ({where}) of an array written since "
+                               f"({written}): NumPy's result is a view and shows the write, flowgrad's is "
+                               "a copy", "reshape after the write, or reshape a copy "
+                                         "(np.copy(x).reshape(...)) if it must keep the old values")
+
+
+def _held(fe, c):
+    """Whether an argument is ``c`` or a name still reads it."""
+    return c.kind == "arg" or any(isinstance(v, Read) and v.ref.container is c
+                                  for f in fe.frames for v in f.env.values())
 
 
 def _target(fe, base, loc):

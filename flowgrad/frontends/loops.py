@@ -42,6 +42,10 @@ class LoopCtx:
 class LoopStatements:
     """The frontend's loop statements (mixed into ``python.Frontend``)."""
 
+    def loop_depth(self):
+        """How many loops enclose the code being captured, across inlined calls."""
+        return sum(len(f.loops) for f in self.frames)
+
     def stmt_For(self, node, frame):
         loc = frame.loc(node)
         if node.orelse:

@@ -363,7 +363,7 @@ def _reshape(fe, loc, a, *shape, order="C", newshape=None):
     out = fe.container("reshape", e.dtype, tuple(dims))
     fe.emit(Call("reshape", [e], [out], {"shape": tuple(dims)}, loc=loc))
     if hasattr(fe, "reshaped"):
-        fe.reshaped[out] = (e.ref.container, loc)
+        fe.reshaped[out] = (e.ref.container, loc, fe.loop_depth())
     return Read(Ref(out))
 
 

@@ -95,7 +95,8 @@ class Frontend(LoopStatements):
         self.fn = fn
         self.hints = hints if hints is not None else {}
         self.facts = Facts()     # ranges of the enclosing loops' variables (``indexing``)
-        self.reshaped = {}       # result of reshape/ravel -> (its source, where): ``check_writable``
+        self.reshaped = {}       # result of reshape/ravel -> (its source, where, loop depth): ``check_writable``
+        self.stale = {}          # such a result whose source was written since -> (where made, where written)
         self.namer = Namer()
         self.containers = {}
         self.params = []
@@ -566,6 +567,7 @@ class Frontend(LoopStatements):
             v = frame.env[name]
             if self.reads_log is not None and self.reads_log[0] is frame:
                 self.reads_log[1].setdefault(name, v)
+            indexing.check_fresh(self, v, frame.loc(node))
             return v
         if name in frame.globals:
             return frame.globals[name]
