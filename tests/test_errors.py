@@ -152,6 +152,14 @@ def writes_source_of_reshape_in_loop(x, n):
     return s
 
 
+def writes_a_conditional_alias(x, c):
+    y = x
+    if c > 0:
+        y = y * 2.0
+    x *= 3.0                     # NumPy: y shows this when c <= 0
+    return np.sum(y)
+
+
 UNSUPPORTED = [
     pytest.param(uses_list_comprehension, "for v in y", r"comprehension", lambda: (U((4,)),), id="list-comprehension"),
     pytest.param(uses_try, "try:", r"\btry\b", lambda: (U((4,), 0.5, 1.0),), id="try-except"),
@@ -167,10 +175,12 @@ UNSUPPORTED = [
     pytest.param(uses_global, "global CALLS", r"\bglobal\b", lambda: (U((4,)),), id="global"),
     pytest.param(unsupported_in_dead_branch, "for v in x", r"comprehension", lambda: (U((4,)), 3), id="dead-branch"),
     pytest.param(writes_through_reshape, "y[0, 0] = 5.0", r"reshape", lambda: (U((6,)),), id="write-through-reshape"),
-    pytest.param(reads_reshape_after_source_write, "return np.sum(y[0] * y[1])", r"reshape.*written since",
+    pytest.param(reads_reshape_after_source_write, "return np.sum(y[0] * y[1])", r"reading the result of reshape.*after a write",
                  lambda: (U((6,)),), id="read-reshape-after-source-write"),
     pytest.param(writes_source_of_reshape_in_loop, "x[i] += 1.0", r"in a loop.*reshape",
                  lambda: (U((6,)), 3), id="write-reshape-source-in-loop"),
+    pytest.param(writes_a_conditional_alias, "return np.sum(y)", r"'y'.*one path of the branch",
+                 lambda: (U((4,)), -1), id="conditional-alias-then-write"),
 ]
 
 

@@ -3,7 +3,7 @@ the loop variable rebound in the body, after a break or a loop that makes no pas
 rebound on some passes only, or on every pass of a loop that may make none; a name sharing its
 array with another on loop entry; views that keep the scalars they were made with; a while
 loop whose trip count differs on each pass of the loop around it; a reshape made again
-after each write into its source. Each case: the gradient
+after each write into its source; names the branches bind to views of another array. Each case: the gradient
 against finite differences and the forward program against plain NumPy, on every backend.
 
 The programs live at module level: flowgrad captures them from this file's source.
@@ -131,6 +131,23 @@ def reshape_after_writes(x, n):
 
 
 case(reshape_after_writes, lambda: (U((6,)), 3))
+
+
+def branch_bound_views(x, c):
+    y = x
+    if c > 0:
+        y = x[1:4] * 2.0
+    else:
+        y = x[0:3]                   # a view of x on this path only; x is not written after
+    z = x * 1.0
+    if c > 1:
+        z = z * 2.0
+    z *= 3.0                         # z's own array on both paths
+    return np.sum(y * y) + np.sum(z * x)
+
+
+case(branch_bound_views, lambda: (U((4,)), 1), tag="then")
+case(branch_bound_views, lambda: (U((4,)), -1), tag="else")
 
 
 @pytest.mark.parametrize("fn, make, wrt", CASES)

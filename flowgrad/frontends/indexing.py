@@ -287,47 +287,56 @@ def _mask_gather(fe, base, idx, loc):
     return Read(Ref(out))
 
 
+class StandIn:
+    """A copy standing where NumPy would have a view of ``source``: the result of
+    ``reshape``/``ravel``, or a name bound to (a view of) another array on one path of a branch
+    only. ``what`` names it in errors, ``fix`` says what to write instead; ``depth``: the loops
+    around where it was made."""
+
+    def __init__(self, source, what, where, depth, fix):
+        self.source, self.what, self.where, self.depth, self.fix = source, what, where, depth, fix
+
+
+def stand_in(fe, copy, source, what, where, fix):
+    if hasattr(fe, "stand_ins"):
+        fe.stand_ins[copy] = StandIn(source, what, where, fe.loop_depth(), fix)
+
+
 def check_writable(fe, c, loc):
-    """Refuse what would make a ``reshape``/``ravel`` result differ from NumPy's, which is a view
-    where flowgrad's is a copy: a write into that result while its source array is still in use
-    (the write would change the source too), and a read of it after its source was written
-    (``stale``: it would show the write). A write into the source inside a loop, with the
-    result made before the loop still held, is refused at once, since a later pass may read it.
-    (A reshape of a fresh array, ``np.zeros(12).reshape(3, 4)``, may be written.)"""
-    reshaped = getattr(fe, "reshaped", {})
-    source, where, _ = reshaped.get(c, (None, None, 0))
-    if source is not None and _held(fe, source):
-        raise unsupported(loc, f"writing into the result of reshape/ravel ({where}) of an array that is "
-                               "still in use (NumPy's result is a view: the write would change that "
-                               "array too)", "write into the original array, or reshape a copy "
-                                             "(np.copy(x).reshape(...)) if it must not change")
-    for out, (source, where, depth) in reshaped.items():
-        if source is not c or not _held(fe, out):
+    """Refuse what would make a stand-in copy (``StandIn``) differ from NumPy's view: a write into
+    it while its source is still in use (the write would change the source too), and a read of
+    it after its source was written (``stale``: it would show the write). A write into the
+    source inside a loop, with a stand-in made before the loop still held, is refused at once,
+    since a later pass may read it. (A reshape of a fresh array, ``np.zeros(12).reshape(3, 4)``,
+    may be written.)"""
+    stand_ins = getattr(fe, "stand_ins", {})
+    s = stand_ins.get(c)
+    if s is not None and held(fe, s.source):
+        raise unsupported(loc, f"writing into {s.what} ({s.where}) while the array it shares memory with "
+                               "in NumPy is still in use (the write would change that array too)", s.fix)
+    for copy, s in stand_ins.items():
+        if s.source is not c or not held(fe, copy):
             continue
-        if fe.loop_depth() > depth:
-            raise unsupported(loc, f"writing, in a loop, into an array whose reshape/ravel ({where}, made "
-                                   "before the loop) is still in use (NumPy's result is a view: a later "
-                                   "read of it would show the write)",
-                              "reshape inside the loop, after the write, or reshape a copy "
-                              "(np.copy(x).reshape(...)) if it must keep the old values")
-        fe.stale[out] = (where, loc)
+        if fe.loop_depth() > s.depth:
+            raise unsupported(loc, f"writing, in a loop, into an array that {s.what} ({s.where}, before the "
+                                   "loop) shares memory with in NumPy, while that is still in use (a later "
+                                   "read of it would show the write)", s.fix)
+        fe.stale[copy] = loc
 
 
 def check_fresh(fe, value, loc):
-    """Refuse reading a reshape/ravel result whose source was written after it was made (see
-    ``check_writable``)."""
+    """Refuse reading a stand-in whose source was written after it was made (``check_writable``)."""
     if isinstance(value, Read) and value.ref.container in getattr(fe, "stale", {}):
-        where, written = fe.stale[value.ref.container]
-        raise unsupported(loc, f"reading the result of reshape/ravel ({where}) of an array written since "
-                               f"({written}): NumPy's result is a view and shows the write, flowgrad's is "
-                               "a copy", "reshape after the write, or reshape a copy "
-                                         "(np.copy(x).reshape(...)) if it must keep the old values")
+        s = fe.stand_ins[value.ref.container]
+        raise unsupported(loc, f"reading {s.what} ({s.where}) after a write into the array it shares "
+                               f"memory with in NumPy ({fe.stale[value.ref.container]}): NumPy's view shows "
+                               "the write, flowgrad's copy does not", s.fix)
 
 
-def _held(fe, c):
-    """Whether an argument is ``c`` or a name still reads it."""
+def held(fe, c, but=None):
+    """Whether an argument is ``c`` or a name (other than ``but``) still reads it."""
     return c.kind == "arg" or any(isinstance(v, Read) and v.ref.container is c
-                                  for f in fe.frames for v in f.env.values())
+                                  for f in fe.frames for n, v in f.env.items() if n != but)
 
 
 def _target(fe, base, loc):

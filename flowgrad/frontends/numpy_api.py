@@ -362,8 +362,8 @@ def _reshape(fe, loc, a, *shape, order="C", newshape=None):
         e = fe.materialize(e, "t", loc)
     out = fe.container("reshape", e.dtype, tuple(dims))
     fe.emit(Call("reshape", [e], [out], {"shape": tuple(dims)}, loc=loc))
-    if hasattr(fe, "reshaped"):
-        fe.reshaped[out] = (e.ref.container, loc, fe.loop_depth())
+    indexing.stand_in(fe, out, e.ref.container, "the result of reshape/ravel", loc,
+                      "reshape after the writes, or reshape a copy (np.copy(x).reshape(...)) to keep it apart")
     return Read(Ref(out))
 
 

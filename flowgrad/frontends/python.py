@@ -95,8 +95,8 @@ class Frontend(LoopStatements):
         self.fn = fn
         self.hints = hints if hints is not None else {}
         self.facts = Facts()     # ranges of the enclosing loops' variables (``indexing``)
-        self.reshaped = {}       # result of reshape/ravel -> (its source, where, loop depth): ``check_writable``
-        self.stale = {}          # such a result whose source was written since -> (where made, where written)
+        self.stand_ins = {}      # copy standing where NumPy has a view -> indexing.StandIn
+        self.stale = {}          # such a copy whose source was written since -> where
         self.namer = Namer()
         self.containers = {}
         self.params = []
@@ -486,7 +486,15 @@ class Frontend(LoopStatements):
                 kept = [e.get(name) is v for e in (a[0], b[0])]
                 if any(kept) and not all(kept):
                     self.reads_log[1].setdefault(name, v)
-        frame.env, frame.owned = self.merge(frame, a, b, loc)
+        frame.env, frame.owned, joined = self.merge(frame, a, b, loc)
+        for name, m, values in joined:
+            # bound to (a view of) an array another name holds on one path only: NumPy's name
+            # shares that memory on that path, the joined copy does not
+            for e in values:
+                if isinstance(e, Read) and e.ref.container.ndim and indexing.held(self, e.ref.container, name):
+                    indexing.stand_in(self, m, e.ref.container, f"{name!r}, which shares another "
+                                      "array's memory on one path of the branch only", loc, f"copy it where a branch binds it to another "
+                                      f"array ({name} = np.copy(...)), so that it is its own array on every path")
 
     def hold_scalar(self, e, hint, loc):
         """A run-time scalar expression as a fresh container read (evaluated once, here)."""
@@ -495,10 +503,11 @@ class Frontend(LoopStatements):
         return self.materialize(e, hint, loc)
 
     def merge(self, frame, a, b, loc):
-        """Join the name bindings of two branches; differing ones meet in a shared container."""
+        """Join the name bindings of two branches; differing ones meet in a shared container.
+        Returns the new bindings and the names that got one: ``(name, container, branch values)``."""
         env_a, owned_a, stmts_a, esc_a = a
         env_b, owned_b, stmts_b, esc_b = b
-        env, owned = {}, {}
+        env, owned, joined = {}, {}, []
         for name in list(dict.fromkeys(list(env_a) + list(env_b))):
             va, vb = env_a.get(name), env_b.get(name)
             if esc_a.dead:
@@ -535,7 +544,9 @@ class Frontend(LoopStatements):
             env[name] = Read(mref)
             if m.ndim == 0:
                 owned[name] = m
-        return env, owned
+            else:
+                joined.append((name, m, [e for e, esc in ((ea, esc_a), (eb, esc_b)) if e is not None and not esc.dead]))
+        return env, owned, joined
 
     def stmt_Return(self, node, frame):
         loc = frame.loc(node)
