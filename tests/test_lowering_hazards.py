@@ -155,3 +155,19 @@ def test_writes_into_a_reshaped_fresh_array(backend):
     args = (np.arange(1.0, 5.0),)
     check_forward(fills_a_reshaped_fresh_array, args, backend=backend)
     check_grad(fills_a_reshaped_fresh_array, args, 0, backend=backend)
+
+
+def constant_scatter_into_copy(x, i):
+    y = x.copy()
+    y[i] = 0.0                           # the adjoint clears g_y[i] and keeps the rest for x
+    B = np.copy(x).reshape(2, 3)
+    B[:, np.array([2, 0])] = 1.5
+    return np.sum(y * y) + np.sum(np.sin(B))
+
+
+def test_a_call_updating_its_output_reads_it(backend):
+    # a copy pass moved such a call's output to the copy's destination, dropping what the
+    # output held before (the gradient was uninitialised memory)
+    args = (np.arange(1.0, 7.0), np.array([2, 0, 5]))
+    check_forward(constant_scatter_into_copy, args, backend=backend)
+    check_grad(constant_scatter_into_copy, args, 0, backend=backend)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import ELEMENTWISE, Call, Const, NewAxis, Read, Ref, Slice, op
+from ..ir.core import ELEMENTWISE, INPLACE_CALLS, Call, Const, NewAxis, Read, Ref, Slice, op
 
 # ------------------------------------------------------------- elementwise partials
 # Each entry: (g, out, *args) -> one adjoint expression per operand (None: no derivative).
@@ -378,6 +378,9 @@ CALLS = {
                        _vjp_sum_to,
                        doc="sum a broadcast adjoint back to an operand's shape"),
 }
+
+
+INPLACE_CALLS.update(name for name, rule in CALLS.items() if rule.inplace)
 
 
 def coverage() -> str:

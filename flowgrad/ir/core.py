@@ -743,8 +743,15 @@ def stmt_writes(s):
     return ()
 
 
+# Calls that update their output in place (``y[idx] = v``) rather than overwrite it: they read
+# it too. Filled from the rule table (``CallRule.inplace`` in autodiff.rules), where each op is
+# declared once.
+INPLACE_CALLS = set()
+
+
 def stmt_reads(s):
-    """Reads of a statement's own expressions (not of nested blocks), indices included."""
+    """Reads of a statement's own expressions (not of nested blocks), indices included; a call
+    updating its output in place (``INPLACE_CALLS``) reads that output too."""
     out = []
     if isinstance(s, Assign):
         out += iter_reads(s.expr)
@@ -765,6 +772,8 @@ def stmt_reads(s):
         for c in s.outputs:
             for d in c.shape:
                 out += iter_reads(d)
+        if s.op in INPLACE_CALLS:
+            out.append(Read(Ref(s.outputs[0])))
     elif isinstance(s, For):
         for e in (s.start, s.stop, s.step):
             out += iter_reads(e)
