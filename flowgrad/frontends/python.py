@@ -18,8 +18,8 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Const, Container, Expr, If, Op, Read, Ref, const_value, iter_reads,
-                       op, result_dtype, scalar, stmt_writes, substitute)
+from ..ir.core import (BOOL, F64, I64, Assign, Const, Container, Expr, If, Op, Read, Ref, Take, broadcast_shapes,
+                       const_value, iter_reads, op, result_dtype, scalar, stmt_writes, substitute)
 from ..ir.ranges import Facts
 from . import Captured, indexing
 from .loops import Escape, LoopStatements, Restart, _same_binding
@@ -659,10 +659,21 @@ class Frontend(LoopStatements):
         raise unsupported(frame.loc(node), "bitwise invert", "use np.logical_not")
 
     def expr_Compare(self, node, frame):
-        loc = frame.loc(node)
+        """``a < b < c`` is ``a < b and b < c`` with ``b`` evaluated once: each further
+        comparison, and what its right side computes, runs only where the ones before hold."""
         left = self.eval(node.left, frame)
+        return self.compare(node, frame, left, list(zip(node.ops, node.comparators)))
+
+    def compare(self, node, frame, left, rest):
+        loc = frame.loc(node)
         result = None
-        for cop, right_node in zip(node.ops, node.comparators):
+        for k, (cop, right_node) in enumerate(rest):
+            if isinstance(result, Expr):
+                tail = rest[k:]
+                return self.choose(result, lambda: self.compare(node, frame, left, tail), lambda: result,
+                                   right_node, frame)
+            if result is False:
+                return False
             right = self.eval(right_node, frame)
             name = _CMPOPS.get(type(cop))
             if name is None:
@@ -675,22 +686,47 @@ class Frontend(LoopStatements):
                 r = op(name, self.to_expr(left, loc), self.to_expr(right, loc))
             else:
                 r = _PY_BINOPS[name](left, right)
-            result = r if result is None else self.logical("logical_and", result, r)
+            result = r if result is None else (result and r)
             left = right
         return result
 
-    def logical(self, name, a, b):
-        if isinstance(a, Expr) or isinstance(b, Expr):
-            return op(name, self.to_expr(a), self.to_expr(b))
-        return (a and b) if name == "logical_and" else (a or b)
-
     def expr_BoolOp(self, node, frame):
-        name = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
-        vals = [self.truth(self.eval(v, frame), frame.loc(node)) for v in node.values]
-        out = vals[0]
-        for v in vals[1:]:
-            out = self.logical(name, out, v)
+        """Python's ``and``/``or``: the value of the operand that decides, the right one evaluated
+        only where it must be (``i < len(x) and x[i] > 0`` does not index past the end)."""
+        loc = frame.loc(node)
+        out = self.eval(node.values[0], frame)
+        for right_node in node.values[1:]:
+            t = self.truth(out, loc)
+            left = out
+            right = (lambda r: lambda: self.eval(r, frame))(right_node)
+            if not isinstance(t, Expr):
+                if t == isinstance(node.op, ast.And):
+                    out = right()
+                continue
+            if isinstance(node.op, ast.And):
+                out = self.choose(t, right, lambda: left, right_node, frame)
+            else:
+                out = self.choose(t, lambda: left, right, right_node, frame)
         return out
+
+    def choose(self, test, then, orelse, node, frame):
+        """``then() if test else orelse()`` for a run-time scalar ``test``: each side's statements
+        run only on its own path, under the facts its path knows (``i < n`` where it holds), as in
+        Python (``math.log(s) if s > 0 else 0.0`` takes no log of a negative ``s``). Two sides that
+        are values already (constants, reads that cannot raise) are picked by a ``where``."""
+        loc = frame.loc(node)
+        sides = []
+        for what, fn, holds in (("then", then, True), ("else", orelse, False)):
+            sides.append(self.under_facts(what, node, frame, lambda h=holds: self.facts.enter_branch(test, h),
+                                          lambda f=fn: self.collect(lambda: self.to_expr(f(), loc))))
+        (s1, a), (s2, b) = sides
+        if not s1 and not s2 and _picked(a) and _picked(b):
+            return op("where", test, a, b)
+        shape = broadcast_shapes(a.shape, b.shape)
+        m = self.container("pick", result_dtype([a, b], "same"), shape)
+        ref = Ref(m) if m.ndim else Ref(m, ())
+        self.emit(If(test, s1 + [Assign(ref, a, loc=loc)], s2 + [Assign(ref, b, loc=loc)], loc))
+        return Read(ref)
 
     def truth(self, v, loc):
         """The truth value of ``v``: a Python bool, or a run-time scalar boolean expression."""
@@ -705,8 +741,7 @@ class Frontend(LoopStatements):
         c = self.truth(self.eval(node.test, frame), frame.loc(node))
         if not isinstance(c, Expr):
             return self.eval(node.body if c else node.orelse, frame)
-        a, b = self.eval(node.body, frame), self.eval(node.orelse, frame)
-        return op("where", c, self.to_expr(a), self.to_expr(b))
+        return self.choose(c, lambda: self.eval(node.body, frame), lambda: self.eval(node.orelse, frame), node, frame)
 
     def expr_Call(self, node, frame):
         loc = frame.loc(node)
@@ -827,7 +862,6 @@ def _union(a, b):
 
 
 def _check_broadcast(src, dst, loc):
-    from ..ir.core import broadcast_shapes
     if len(src) > len(dst):
         raise FlowgradError(f"{loc}: cannot assign a value of rank {len(src)} into a view of rank {len(dst)}")
     try:
@@ -838,6 +872,20 @@ def _check_broadcast(src, dst, loc):
         if const_value(a) is not None and const_value(b) is not None and const_value(a) != const_value(b):
             raise FlowgradError(f"{loc}: cannot broadcast a value into a view of shape "
                                 f"{tuple(const_value(d) for d in dst)}")
+
+
+def _picked(e):
+    """Whether ``e`` is a value already, which a ``where`` may pick without computing anything."""
+    return isinstance(e, Const) or isinstance(e, Read) and not _may_raise(e)
+
+
+def _may_raise(e):
+    """Whether evaluating ``e`` may raise (a checked index, in it or in a view it reads)."""
+    if isinstance(e, Op):
+        return e.name == "checked_index" or any(_may_raise(a) for a in e.args)
+    if isinstance(e, Read):
+        return any(_may_raise(i) for i in e.ref.index_exprs())
+    return isinstance(e, Take)
 
 
 def _reads_deep(e):

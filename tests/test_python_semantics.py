@@ -1,0 +1,80 @@
+"""Python's semantics of scalar expressions in captured code, on every backend: ``and``/``or``
+give the value of the operand that decides and evaluate the right one only where it must be
+(``i < len(x) and x[i] > 0`` does not index past the end), as conditional expressions evaluate
+only the side they take and chained comparisons stop at the first that fails. Each case: the
+forward program against plain Python/NumPy and the gradient against finite differences.
+
+The programs live at module level: flowgrad captures them from this file's source.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from oracle import check_forward, check_grad
+
+X = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+
+
+def or_value(x, n, s):
+    return x[0] * (n or 5) + x[1] * (s or 2.0)
+
+
+def and_or_value(x, n):
+    return x[0] * (n and 3 or 5)
+
+
+def guarded_while(x):
+    i = 0
+    while i < len(x) and x[i] > 0:
+        i += 1
+    return x[0] * i + np.sum(x[:i] ** 2)
+
+
+def guarded_if(x, k):
+    s = np.sum(x)
+    if k < len(x) and x[k] > 0:
+        s = s * x[k]
+    if k >= len(x) or x[k] > 3.5:
+        s = s + 1.0
+    return s
+
+
+def guarded_pick(x, k, s):
+    a = x[k] * 2.0 if k < len(x) else 0.0
+    b = math.log(s) if s > 0 else 0.0           # no log of a negative s
+    return x[1] * a + x[2] * b
+
+
+def chained(x, k):
+    return x[0] * (1.0 if 0 <= k < len(x) and x[k] > 2.5 else 3.0)
+
+
+def guarded_in_loop(x, k):
+    s = 0.0
+    for i in range(len(x)):
+        if i + k < len(x) and x[i + k] > 2.0:
+            s += x[i] * x[i + k]
+    return s
+
+
+CASES = [
+    (or_value, (X, 0, 0.0)), (or_value, (X, 2, 1.5)),
+    (and_or_value, (X, 0)), (and_or_value, (X, 2)),
+    (guarded_while, (X,)), (guarded_while, (X - 3.5,)),
+    (guarded_if, (X, 4)), (guarded_if, (X, 6)), (guarded_if, (X, 2)),
+    (guarded_pick, (X, 6, -1.0)), (guarded_pick, (X, 2, 2.0)),
+    (chained, (X, 7)), (chained, (X, 2)), (chained, (X, -1)),
+    (guarded_in_loop, (X, 2)), (guarded_in_loop, (X, 9)),
+]
+IDS = [f"{fn.__name__}-{'-'.join(str(a) for a in args[1:])}" for fn, args in CASES]
+
+
+@pytest.mark.parametrize("fn, args", CASES, ids=IDS)
+def test_forward(fn, args, backend):
+    check_forward(fn, args, backend=backend)
+
+
+@pytest.mark.parametrize("fn, args", CASES, ids=IDS)
+def test_grad(fn, args, backend):
+    check_grad(fn, args, 0, backend=backend)
