@@ -134,7 +134,7 @@ def mutates_then_unsupported(A):
 def writes_through_reshape(x):
     y = x.reshape(2, 3)
     y[0, 0] = 5.0            # NumPy: changes x too
-    return np.sum(x * x)
+    return np.sum(x * x)     # refused: reads x after that write
 
 
 def reads_reshape_after_source_write(x):
@@ -160,6 +160,61 @@ def writes_a_conditional_alias(x, c):
     return np.sum(y)
 
 
+def swaps_with_an_argument(x, n):
+    a = x
+    b = x * 0.0
+    for i in range(n):
+        b[:] = a * 2.0               # NumPy: on odd passes b is x
+        a, b = b, a
+    return np.sum(x)
+
+
+def loop_rebinds_a_view(x, n):
+    y = x[:2]
+    for i in range(n):
+        y *= 2.0                     # NumPy: writes x[:2], then x[2:]
+        y = x[2:]
+    return np.sum(x)
+
+
+def view_after_a_loop(x, n):
+    a = x
+    for i in range(n):
+        a = x[::-1]
+    a[0] = 5.0                       # NumPy: x[0] when n == 0, else x[-1]
+    return np.sum(x * np.arange(4.0))
+
+
+def _pick(a, b, c):
+    if c > 0.0:
+        return a
+    return b
+
+
+def writes_a_helper_result(x, z, c):
+    y = _pick(x, z, c)
+    y *= 2.0                         # NumPy: doubles x or z
+    return np.sum(x) + np.sum(z)
+
+
+def writes_a_chained_reshape(x):
+    y = x.reshape(2, 2).ravel()
+    y *= 3.0
+    return np.sum(x)
+
+
+def shrinks_in_a_loop(x, n):
+    v = x
+    for i in range(n):
+        v = v[1:]
+    return np.sum(v)
+
+
+def picks_different_shapes(x, c):
+    y = x[2:4] if c > 0.0 else x[:]
+    return np.sum(y)
+
+
 UNSUPPORTED = [
     pytest.param(uses_list_comprehension, "for v in y", r"comprehension", lambda: (U((4,)),), id="list-comprehension"),
     pytest.param(uses_try, "try:", r"\btry\b", lambda: (U((4,), 0.5, 1.0),), id="try-except"),
@@ -174,11 +229,24 @@ UNSUPPORTED = [
     ),
     pytest.param(uses_global, "global CALLS", r"\bglobal\b", lambda: (U((4,)),), id="global"),
     pytest.param(unsupported_in_dead_branch, "for v in x", r"comprehension", lambda: (U((4,)), 3), id="dead-branch"),
-    pytest.param(writes_through_reshape, "y[0, 0] = 5.0", r"reshape", lambda: (U((6,)),), id="write-through-reshape"),
-    pytest.param(reads_reshape_after_source_write, "return np.sum(y[0] * y[1])", r"reading the result of reshape.*after a write",
+    pytest.param(writes_through_reshape, "return np.sum(x * x)", r"after a write through the result of reshape", lambda: (U((6,)),), id="write-through-reshape"),
+    pytest.param(reads_reshape_after_source_write, "return np.sum(y[0] * y[1])", r"after a write .* into the array it shares memory with",
                  lambda: (U((6,)),), id="read-reshape-after-source-write"),
     pytest.param(writes_source_of_reshape_in_loop, "x[i] += 1.0", r"in a loop.*reshape",
                  lambda: (U((6,)), 3), id="write-reshape-source-in-loop"),
+    pytest.param(swaps_with_an_argument, "for i in range(n):", r"'a' shares another array's memory on entry",
+                 lambda: (U((4,)), 2), id="swap-with-an-argument"),
+    pytest.param(loop_rebinds_a_view, "y *= 2.0", r"in a loop.*'y'", lambda: (U((4,)), 2), id="loop-rebinds-a-view"),
+    pytest.param(view_after_a_loop, "return np.sum(x * np.arange(4.0))", r"'a'.*whether the loop runs",
+                 lambda: (U((4,)), 0), id="view-after-a-loop"),
+    pytest.param(writes_a_helper_result, "return np.sum(x) + np.sum(z)", r"result of _pick\(\)",
+                 lambda: (U((4,)), U((4,)), 1.0), id="helper-returns-an-argument"),
+    pytest.param(writes_a_chained_reshape, "return np.sum(x)", r"reshape", lambda: (U((4,)),),
+                 id="chained-reshape"),
+    pytest.param(shrinks_in_a_loop, "for i in range(n):", r"changing shape", lambda: (U((6,)), 2),
+                 id="shrinks-in-a-loop"),
+    pytest.param(picks_different_shapes, "y = x[2:4] if c > 0.0 else x[:]", r"different shapes",
+                 lambda: (U((6,)), 1.0), id="choice-of-shapes"),
     pytest.param(writes_a_conditional_alias, "return np.sum(y)", r"'y'.*one path of the branch",
                  lambda: (U((4,)), -1), id="conditional-alias-then-write"),
 ]

@@ -146,6 +146,22 @@ def branch_bound_views(x, c):
     return np.sum(y * y) + np.sum(z * x)
 
 
+def views_not_written(x, A, n):
+    a = x
+    for i in range(n):
+        a = x[::-1]                  # a view of x, or x itself when n == 0; only read
+    r = A[0]
+    for i in range(n):
+        r = A[i]
+    p, q = x * 1.0, x * 0.0
+    for i in range(n):
+        q[:] = p * 1.5               # buffers passed back and forth, neither another array's
+        p, q = q, p
+    return np.sum(a * np.arange(4.0)) + np.sum(r * r) + np.sum(p * x)
+
+
+case(views_not_written, lambda: (U((4,)), U((3, 4)), 3), tag="three")
+case(views_not_written, lambda: (U((4,)), U((3, 4)), 0), tag="none")
 case(branch_bound_views, lambda: (U((4,)), 1), tag="then")
 case(branch_bound_views, lambda: (U((4,)), -1), tag="else")
 

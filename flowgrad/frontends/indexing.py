@@ -289,48 +289,57 @@ def _mask_gather(fe, base, idx, loc):
 
 class StandIn:
     """A copy standing where NumPy would have a view of ``source``: the result of
-    ``reshape``/``ravel``, or a name bound to (a view of) another array on one path of a branch
-    only. ``what`` names it in errors, ``fix`` says what to write instead; ``depth``: the loops
-    around where it was made."""
+    ``reshape``/``ravel``, or a name bound to (a view of) another array on some paths only (a
+    branch, a loop that may make no pass, a helper returning one of its arguments) or that a
+    loop rebinds. ``what`` names it in errors, ``fix`` says what to write instead; ``depth``:
+    the loops around where it was made."""
 
     def __init__(self, source, what, where, depth, fix):
         self.source, self.what, self.where, self.depth, self.fix = source, what, where, depth, fix
 
 
 def stand_in(fe, copy, source, what, where, fix):
-    if hasattr(fe, "stand_ins"):
-        fe.stand_ins[copy] = StandIn(source, what, where, fe.loop_depth(), fix)
+    """Record ``copy`` as standing for memory of ``source`` (or of what that stands for)."""
+    stand_ins = getattr(fe, "stand_ins", None)
+    if stand_ins is None:
+        return
+    if source in stand_ins:
+        source = stand_ins[source].source
+    stand_ins[copy] = StandIn(source, what, where, fe.loop_depth(), fix)
 
 
 def check_writable(fe, c, loc):
-    """Refuse what would make a stand-in copy (``StandIn``) differ from NumPy's view: a write into
-    it while its source is still in use (the write would change the source too), and a read of
-    it after its source was written (``stale``: it would show the write). A write into the
-    source inside a loop, with a stand-in made before the loop still held, is refused at once,
-    since a later pass may read it. (A reshape of a fresh array, ``np.zeros(12).reshape(3, 4)``,
-    may be written.)"""
+    """Keep stand-in copies (``StandIn``) from differing from NumPy's views unseen. A write into a
+    stand-in or into its source makes the other side (the source and its other stand-ins, or
+    the stand-ins) ``stale``: NumPy would show the write there, so reading them later is refused
+    (``check_fresh``). Inside a loop, where a later pass may read what an earlier one read
+    before the write, such a write is refused at once when the other side is still held."""
     stand_ins = getattr(fe, "stand_ins", {})
     s = stand_ins.get(c)
     if s is not None and held(fe, s.source):
-        raise unsupported(loc, f"writing into {s.what} ({s.where}) while the array it shares memory with "
-                               "in NumPy is still in use (the write would change that array too)", s.fix)
+        others = [s.source] + [k for k, t in stand_ins.items() if t.source is s.source and k is not c]
+        _written(fe, s, loc, others, f"a write through {s.what} ({s.where}) at {loc}")
     for copy, s in stand_ins.items():
-        if s.source is not c or not held(fe, copy):
-            continue
-        if fe.loop_depth() > s.depth:
-            raise unsupported(loc, f"writing, in a loop, into an array that {s.what} ({s.where}, before the "
-                                   "loop) shares memory with in NumPy, while that is still in use (a later "
-                                   "read of it would show the write)", s.fix)
-        fe.stale[copy] = loc
+        if s.source is c and held(fe, copy):
+            _written(fe, s, loc, [copy], f"a write at {loc} into the array it shares memory with in NumPy")
+
+
+def _written(fe, s, loc, seen_by, what):
+    if fe.loop_depth() > s.depth:
+        raise unsupported(loc, f"writing, in a loop, through memory that {s.what} ({s.where}, before the loop) "
+                               "shares with another array in NumPy, while both are in use (a later read would "
+                               "show the write in NumPy, not in flowgrad, which holds a copy)", s.fix)
+    for c in seen_by:
+        fe.stale[c] = (what, s)
 
 
 def check_fresh(fe, value, loc):
-    """Refuse reading a stand-in whose source was written after it was made (``check_writable``)."""
+    """Refuse reading an array that NumPy would have changed through a view flowgrad holds as a
+    copy (``check_writable``)."""
     if isinstance(value, Read) and value.ref.container in getattr(fe, "stale", {}):
-        s = fe.stand_ins[value.ref.container]
-        raise unsupported(loc, f"reading {s.what} ({s.where}) after a write into the array it shares "
-                               f"memory with in NumPy ({fe.stale[value.ref.container]}): NumPy's view shows "
-                               "the write, flowgrad's copy does not", s.fix)
+        what, s = fe.stale[value.ref.container]
+        raise unsupported(loc, f"reading an array after {what}: in NumPy the two share memory and this "
+                               f"read shows the write; flowgrad holds {s.what} ({s.where}) as a copy", s.fix)
 
 
 def held(fe, c, but=None):

@@ -119,19 +119,34 @@ class LoopStatements:
     def keep_if_no_pass(self, frame, before, ran, loc):
         """After a loop: a name it rebinds without reading (``f = x * 2.0`` in the body) holds,
         where the loop made no pass (``ran`` false), the value it had before, as in Python."""
-        fixes = []
+        fixes, skipped = [], op("logical_not", ran)
+        if const_value(skipped) is False:
+            return
         for name, v0 in before.items():
             v1 = frame.env.get(name)
             if v1 is v0 or not isinstance(v1, Read) or not isinstance(v0, Expr) or name in frame.owned:
                 continue
             c = v1.ref.container
             e0 = self.to_expr(v0, loc)
-            if c.ndim == 0 or c.kind != "transient" or not v1.ref.is_whole() or len(e0.shape) != c.ndim \
-                    or not all(same_expr(a, b) for a, b in zip(e0.shape, c.shape)):
+            if c.ndim == 0 or len(e0.shape) != len(v1.shape):
                 continue
-            fixes.append(Assign(Ref(c), e0, loc=loc))
-        skipped = op("logical_not", ran)
-        if fixes and const_value(skipped) is not False:
+            if not all(same_expr(a, b) for a, b in zip(e0.shape, v1.shape)):
+                raise unsupported(loc, f"name {name!r} bound to arrays of different shapes depending on "
+                                       "whether the loop runs", "give the variable the same shape on every path")
+            if c.kind == "transient" and v1.ref.is_whole() and not indexing.held(self, c, name):
+                fixes.append(Assign(Ref(c), e0, loc=loc))
+                continue
+            # a view or another name's array after the loop, ``v0`` if it made no pass: held in
+            # a copy, which stands for the memory NumPy's name shares on either path
+            m = self.container(name, v1.dtype, v1.shape)
+            self.emit(If(skipped, [Assign(Ref(m), e0, loc=loc)], [Assign(Ref(m), v1, loc=loc)], loc=loc))
+            frame.env[name] = Read(Ref(m))
+            for e in (e0, v1):
+                if isinstance(e, Read) and indexing.held(self, e.ref.container, name):
+                    indexing.stand_in(self, m, e.ref.container, f"{name!r}, which shares another array's memory "
+                                      "depending on whether the loop runs", loc,
+                                      f"copy it where it is bound ({name} = np.copy(...))")
+        if fixes:
             self.emit(If(skipped, fixes, loc=loc))
 
     def under_facts(self, what, node, frame, enter, trace):
@@ -239,7 +254,13 @@ class LoopStatements:
                 return stmts, esc, ctx
             frame.env, frame.owned = env0, owned0
             for name in fix:
-                frame.env[name] = self.materialize(frame.env[name], name, frame.loc(node))
+                v = frame.env[name]
+                frame.env[name] = self.materialize(v, name, frame.loc(node))
+                if isinstance(v, Read) and v.ref.container.ndim and indexing.held(self, v.ref.container, name):
+                    # NumPy's name shares that memory until the loop rebinds it
+                    indexing.stand_in(self, frame.env[name].ref.container, v.ref.container,
+                                      f"{name!r}, which shares another array's memory until the loop rebinds it",
+                                      frame.loc(node), f"give it its own array before the loop ({name} = np.copy(...))")
         raise unsupported(frame.loc(node), f"loop whose variable{'s' if len(fix) > 1 else ''} "
                           f"{', '.join(map(repr, fix))} cannot be given fixed storage",
                           "give each name one kind of value across iterations: the same shape "
@@ -261,7 +282,9 @@ class LoopStatements:
                     and v0.ref.container.kind in ("transient", "arg")):
                 return [name]
             e1 = self.to_expr(v1, loc)
-            if len(e1.shape) != v0.ref.container.ndim:
+            if len(e1.shape) != v0.ref.container.ndim or any(
+                    const_value(a) is not None and const_value(b) is not None and const_value(a) != const_value(b)
+                    for a, b in zip(e1.shape, v0.ref.container.shape)):
                 raise unsupported(loc, f"array {name!r} changing shape inside a loop",
                                   "preallocate the array with its final shape and fill it in place")
             carried.append((name, v0, e1))
@@ -276,6 +299,15 @@ class LoopStatements:
             return aliased
         dests = {v0.ref.container for _, v0, _ in carried}
         carried_names = {n for n, _, _ in carried}
+        shared = [n for n, v0, _ in carried if v0.ref.container in getattr(self, "stand_ins", {})]
+        if shared and any(w.container in dests for t in walk(stmts) for w in stmt_writes(t)):
+            # written in place while the names take turns holding each other's arrays: on some
+            # passes NumPy's write reaches the array a name shared on entry
+            raise unsupported(loc, f"writing in place, in a loop, into arrays the loop passes between "
+                                   f"{', '.join(map(repr, sorted(carried_names)))} while {shared[0]!r} shares "
+                                   "another array's memory on entry (NumPy's writes reach that array on some "
+                                   "passes)", f"give {shared[0]!r} its own array before the loop "
+                                              f"({shared[0]} = np.copy(...))")
         # other names still viewing a destination would see it overwritten: give them a copy
         for name, v in list(frame.env.items()):
             if name in carried_names or not isinstance(v, Read):

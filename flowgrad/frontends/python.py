@@ -258,6 +258,11 @@ class Frontend(LoopStatements):
                           "same") != frame.ret.dtype:
             self.hints[(frame.fn, "<return>")] = result_dtype([Const(0, frame.ret.dtype, False), e], "same")
             raise Restart()
+        if isinstance(e, Read) and e.ref.container.ndim and indexing.held(self, e.ref.container):
+            # NumPy's result is that very array (or a view of it) on this path
+            indexing.stand_in(self, frame.ret, e.ref.container, f"the result of {frame.fn.__name__}(), another "
+                              "array's memory on some paths", frame.loc(node),
+                              "return a copy (return np.copy(...)) where it returns an argument or a view")
         return Assign(Ref(frame.ret) if frame.ret.ndim else Ref(frame.ret, ()), e, loc=frame.loc(node))
 
     # ----------------------------------------------------------- statements
@@ -720,10 +725,14 @@ class Frontend(LoopStatements):
             sides.append(self.under_facts(what, node, frame, lambda h=holds: self.facts.enter_branch(test, h),
                                           lambda f=fn: self.collect(lambda: self.to_expr(f(), loc))))
         (s1, a), (s2, b) = sides
+        if a.shape and b.shape and (len(a.shape) != len(b.shape) or any(
+                const_value(p) is not None and const_value(q) is not None and const_value(p) != const_value(q)
+                for p, q in zip(a.shape, b.shape))):
+            raise unsupported(loc, "a choice between arrays of different shapes (its shape would depend on "
+                                   "the run-time test)", "give both sides the same shape")
         if not s1 and not s2 and _picked(a) and _picked(b):
             return op("where", test, a, b)
-        shape = broadcast_shapes(a.shape, b.shape)
-        m = self.container("pick", result_dtype([a, b], "same"), shape)
+        m = self.container("pick", result_dtype([a, b], "same"), a.shape or b.shape)
         ref = Ref(m) if m.ndim else Ref(m, ())
         self.emit(If(test, s1 + [Assign(ref, a, loc=loc)], s2 + [Assign(ref, b, loc=loc)], loc))
         return Read(ref)
