@@ -398,6 +398,8 @@ def plain_sum(x, y):
         pytest.param(U((3,)), U((3,)) + 0j, id="complex-other"),
         pytest.param(np.array([1.0, 2.0, 3.0], dtype=object), U((3,)), id="object-wrt"),
         pytest.param(U((3,)), np.array([1.0, 2.0, 3.0], dtype=object), id="object-other"),
+        pytest.param(U((3,)).astype(np.float16), U((3,)), id="float16-wrt"),
+        pytest.param(U((3,)), U((3,)).astype(np.float16), id="float16-other"),
     ],
 )
 def test_bad_array_dtype(x, y, backend):

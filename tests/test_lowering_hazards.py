@@ -171,3 +171,15 @@ def test_a_call_updating_its_output_reads_it(backend):
     args = (np.arange(1.0, 7.0), np.array([2, 0, 5]))
     check_forward(constant_scatter_into_copy, args, backend=backend)
     check_grad(constant_scatter_into_copy, args, 0, backend=backend)
+
+
+def writes_through_a_transpose(A):
+    T = A.T
+    T[:] = np.exp(A)                     # overwritten through a transposed view, restored from the tape
+    return np.sum(A * np.arange(4.0).reshape(2, 2))
+
+
+def test_a_value_restored_through_a_transposed_view(backend):
+    args = (np.arange(4.0).reshape(2, 2) * 0.1,)
+    check_forward(writes_through_a_transpose, args, backend=backend)
+    check_grad(writes_through_a_transpose, args, 0, backend=backend)

@@ -58,7 +58,12 @@ def guarded_in_loop(x, k):
     return s
 
 
+def int_powers(x, n, m):
+    return x[0] * n ** -1 + x[1] * n ** m + x[2] * 10 ** m + np.sum(x) / 4294967296
+
+
 CASES = [
+    (int_powers, (X, 4, 3)),
     (or_value, (X, 0, 0.0)), (or_value, (X, 2, 1.5)),
     (and_or_value, (X, 0)), (and_or_value, (X, 2)),
     (guarded_while, (X,)), (guarded_while, (X - 3.5,)),
@@ -78,3 +83,11 @@ def test_forward(fn, args, backend):
 @pytest.mark.parametrize("fn, args", CASES, ids=IDS)
 def test_grad(fn, args, backend):
     check_grad(fn, args, 0, backend=backend)
+
+
+def test_a_negative_run_time_exponent_of_an_integer_raises(backend):
+    # Python's 4 ** -2 is a float; flowgrad's integer power is an integer: it raises, as NumPy's
+    # integer power does, instead of rounding to 0
+    import flowgrad
+    with pytest.raises(ValueError, match=r"test_python_semantics.py:\d+: integer \*\* negative integer \(-2\)"):
+        flowgrad.jit(int_powers, backend=backend)(X, 4, -2)

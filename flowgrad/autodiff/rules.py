@@ -16,6 +16,9 @@ from ..ir.core import ELEMENTWISE, INPLACE_CALLS, Call, Const, NewAxis, Read, Re
 
 
 def _sq(x):
+    """``x * x``, in float64 for an integer ``x`` (whose square may overflow)."""
+    if x.dtype.kind != "f":
+        x = op("float64", x)
     return x * x
 
 

@@ -99,6 +99,11 @@ def ref_src(r) -> str:
     return text
 
 
+def target_src(r) -> str:
+    """``ref_src`` as the target of an assignment (a transposed view is assigned through ``[...]``)."""
+    return ref_src(r) + ("[...]" if r.perm is not None else "")
+
+
 def shape_src(shape) -> str:
     return "(" + "".join(f"{expr_src(d)}, " for d in shape) + ")"
 
@@ -153,7 +158,7 @@ class Emitter:
             if s.ref.container.ndim == 0 or s.ref.is_whole():
                 self.line(f"{s.ref.container.name} = {s.tape.name}.pop()", ind)
             else:
-                self.line(f"{ref_src(s.ref)} = {s.tape.name}.pop()", ind)
+                self.line(f"{target_src(s.ref)} = {s.tape.name}.pop()", ind)
         else:
             raise TypeError(f"cannot emit {s!r}")
 
@@ -173,7 +178,7 @@ class Emitter:
             else:
                 self.line(f"{c.name} = np.full({shape_src(shape)}, {rhs}, dtype={dtype_src(c.dtype)})", ind)
             return
-        target = ref_src(s.dst) + ("[...]" if s.dst.perm is not None else "")
+        target = target_src(s.dst)
         self.line(f"{target} {'+=' if s.accumulate else '='} {rhs}", ind)
 
     def call(self, s: Call, ind):

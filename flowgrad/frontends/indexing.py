@@ -159,7 +159,8 @@ def view(ref: Ref, index, loc, facts=None) -> Ref:
             out.append(Slice(it.start + start * it.step, size, it.step * step))
             survivors.append(k)
         else:
-            raise unsupported(loc, f"index of type {type(idx).__name__}", "use ints, slices, arrays or masks")
+            kind = idx.dtype.name if isinstance(idx, Expr) else type(idx).__name__
+            raise unsupported(loc, f"index of type {kind}", "use ints (int(...) of a float), slices, arrays or masks")
     out += list(items)
     perm = None
     if ref.perm is not None:

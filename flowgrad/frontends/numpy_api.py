@@ -647,6 +647,9 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
         if len(args) == 2:
             return fe.binop("divide", _elementwise(fe, "log", [args[0]], loc), math.log(args[1]), loc)
         return _elementwise(fe, "log", args, loc)
+    if fn in (math.floor, math.ceil):           # Python's are integers
+        v = _elementwise(fe, _MATH[fn], args, loc)
+        return op("int64", v) if isinstance(v, Expr) else int(v)
     if fn in _MATH:
         return _elementwise(fe, _MATH[fn], args, loc)
     if fn is range:

@@ -18,7 +18,7 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Const, Container, Expr, If, Op, Read, Ref, Take, broadcast_shapes,
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, Take, broadcast_shapes,
                        const_value, iter_reads, op, result_dtype, scalar, stmt_writes, substitute)
 from ..ir.ranges import Facts
 from . import Captured, indexing
@@ -203,9 +203,10 @@ class Frontend(LoopStatements):
         if isinstance(value, (int, np.integer)):
             c = self.container(name, I64, (), "arg")
         elif isinstance(value, (float, np.floating)):
-            c = self.container(name, np.dtype(type(value)) if isinstance(value, np.floating) else F64, (), "arg")
+            c = self.container(name, _data_dtype(np.dtype(type(value)) if isinstance(value, np.floating) else F64,
+                                                 name), (), "arg")
         elif isinstance(value, np.ndarray):
-            c = self.container(name, value.dtype, value.shape, "arg")
+            c = self.container(name, _data_dtype(value.dtype, name), value.shape, "arg")
             self.params.append(c)
             self.arg_containers[name] = c
             return Read(Ref(c))
@@ -650,6 +651,16 @@ class Frontend(LoopStatements):
         ea, eb = self.to_expr(a, loc), self.to_expr(b, loc)
         if opname == "power" and isinstance(eb, Const) and eb.value == 2 and not ea.dtype.kind == "b":
             return op("multiply", ea, ea) if isinstance(ea, Read) else op("square", ea)
+        int_power = opname == "power" and ea.shape == () == eb.shape and ea.dtype.kind in "iu" \
+            and eb.dtype.kind in "iu"
+        if int_power and (const_value(eb) or 0) < 0:
+            ea = op("float64", ea)                    # Python's n ** -1 is a float
+        elif int_power and not self.facts.nonneg(eb):
+            # Python's int ** int is a float where the exponent is negative; flowgrad's is an int,
+            # so a negative exponent raises (as NumPy's integer power does) rather than round to 0
+            self.emit(Call("check_sizes", [eb, op("maximum", eb, 0)], [self.container("exponent_ok", BOOL, ())],
+                           {"message": f"{loc}: integer ** negative integer ({{}}): flowgrad's integer power "
+                                       "is an integer; write float(n) ** m for Python's float result"}, loc=loc))
         return op(opname, ea, eb)
 
     def expr_UnaryOp(self, node, frame):
@@ -886,6 +897,14 @@ def _check_broadcast(src, dst, loc):
 def _picked(e):
     """Whether ``e`` is a value already, which a ``where`` may pick without computing anything."""
     return isinstance(e, Const) or isinstance(e, Read) and not _may_raise(e)
+
+
+def _data_dtype(dt, name):
+    """``dt`` when flowgrad computes in it (bool, integers, float32, float64), else an InputError."""
+    if dt.kind in "biu" or dt in (np.float32, np.float64):
+        return dt
+    raise InputError(f"argument {name!r} has dtype {dt}, which flowgrad does not compute in: convert it "
+                     f"(np.asarray({name}, dtype=np.float64), or float32)")
 
 
 def _may_raise(e):
