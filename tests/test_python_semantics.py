@@ -91,3 +91,16 @@ def test_a_negative_run_time_exponent_of_an_integer_raises(backend):
     import flowgrad
     with pytest.raises(ValueError, match=r"test_python_semantics.py:\d+: integer \*\* negative integer \(-2\)"):
         flowgrad.jit(int_powers, backend=backend)(X, 4, -2)
+
+
+def mixed_products(B, A, v, i):
+    return np.sum(A @ B) + np.dot(v, B[:, 0]) + np.sum(i @ B) + np.sum(i @ i)
+
+
+def test_products_of_mixed_dtypes(backend):
+    # one float dtype for both operands (BLAS takes no mixed or integer ones); an integer product
+    # is an integer, as NumPy's
+    args = (np.arange(6.0).reshape(3, 2), np.ones((2, 3), dtype=np.float32), np.ones(3, dtype=np.float32),
+            np.arange(3))
+    check_forward(mixed_products, args, backend=backend)
+    check_grad(mixed_products, args, 0, backend=backend)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
+from ..ir.core import (BOOL, CASTS, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
                        const_value, op, scalar)
 from . import indexing
 
@@ -101,6 +101,11 @@ def matmul(fe, a, b, loc):
     a, b = fe.to_expr(a, loc), fe.to_expr(b, loc)
     if a.shape == () or b.shape == ():
         raise FlowgradError(f"{loc}: matmul operands must be arrays, not scalars")
+    # one float dtype for both operands (BLAS, and Numba's np.dot, take no mixed or integer ones);
+    # an integer or boolean product is computed in float64 (exact below 2**53) and cast back
+    result = np.result_type(a.dtype, b.dtype)
+    dt = result if result.kind == "f" else np.dtype(np.float64)
+    a, b = (e if e.dtype == dt else op(dt.name, e) for e in (a, b))
     a = a if isinstance(a, Read) else fe.materialize(a, "t", loc)
     b = b if isinstance(b, Read) else fe.materialize(b, "t", loc)
     sa, sb = a.shape, b.shape
@@ -117,9 +122,10 @@ def matmul(fe, a, b, loc):
     else:
         from ..ir.core import broadcast_shapes
         shape = broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
-    out = fe.container("matmul", np.result_type(a.dtype, b.dtype), shape)
+    out = fe.container("matmul", dt, shape)
     fe.emit(Call("matmul", [a, b], [out], loc=loc))
-    return Read(Ref(out) if out.ndim else Ref(out, ()))
+    product = Read(Ref(out) if out.ndim else Ref(out, ()))
+    return product if result == dt else op(result.name if result.name in CASTS else "int64", product)
 
 
 def _dot(fe, loc, a, b, out=None):
