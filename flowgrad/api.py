@@ -46,7 +46,7 @@ def _arg_key(value, name):
     if isinstance(value, (bool, np.bool_)):
         return ("bool", bool(value))
     if isinstance(value, (int, np.integer)):
-        return ("int",)
+        return ("int", isinstance(value, np.integer))          # a Python int is weak in promotion
     if isinstance(value, (float, np.floating)):
         return ("float", np.dtype(type(value)).str if isinstance(value, np.floating) else "f8")
     if isinstance(value, (complex, np.complexfloating)):

@@ -104,3 +104,23 @@ def test_products_of_mixed_dtypes(backend):
             np.arange(3))
     check_forward(mixed_products, args, backend=backend)
     check_grad(mixed_products, args, 0, backend=backend)
+
+
+def scaled(x, s, n):
+    c = s * 2.0                      # Python arithmetic on Python scalars: still weak
+    acc = 0.0
+    for i in range(x.shape[0]):
+        acc += x[i] * c              # a NumPy float32 from here on, as in Python
+    return x * s + n + acc
+
+
+@pytest.mark.parametrize("s, n", [(0.5, 3), (np.float64(0.5), 3), (0.5, np.int64(3))], ids=["python", "np-float", "np-int"])
+def test_python_scalars_are_weak_in_promotion(s, n, backend):
+    # NumPy 2 (NEP 50): a float32 array times a Python float stays float32; a NumPy float64
+    # scalar makes it float64
+    import flowgrad
+    x = np.arange(1.0, 4.0, dtype=np.float32)
+    expected = scaled(x, s, n)
+    got = flowgrad.jit(scaled, backend=backend)(x, s, n)
+    assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

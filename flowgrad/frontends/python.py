@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
 from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, Take, broadcast_shapes,
-                       const_value, iter_reads, op, result_dtype, scalar, stmt_writes, substitute)
+                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, substitute)
 from ..ir.ranges import Facts
 from . import Captured, indexing
 from .loops import Escape, LoopStatements, Restart, _same_binding
@@ -109,8 +109,8 @@ class Frontend(LoopStatements):
 
     # ----------------------------------------------------------- containers and statements
 
-    def container(self, hint, dtype, shape, kind="transient"):
-        c = Container(self.namer(hint), dtype, shape, kind)
+    def container(self, hint, dtype, shape, kind="transient", weak=False):
+        c = Container(self.namer(hint), dtype, shape, kind, weak)
         self.containers[c.name] = c
         return c
 
@@ -142,7 +142,7 @@ class Frontend(LoopStatements):
     def materialize(self, value, hint="t", loc=None) -> Read:
         """A fresh container holding ``value`` (NumPy semantics: a new array)."""
         e = self.to_expr(value, loc)
-        c = self.container(hint, e.dtype, e.shape)
+        c = self.container(hint, e.dtype, e.shape, weak=is_weak(e))
         self.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), e, loc=loc))
         return Read(Ref(c) if c.ndim else Ref(c, ()))
 
@@ -200,11 +200,12 @@ class Frontend(LoopStatements):
     def param(self, name, value, frame):
         if isinstance(value, (bool, np.bool_)):
             return bool(value)
+        python = not isinstance(value, np.generic)          # a Python scalar: weak (NEP 50)
         if isinstance(value, (int, np.integer)):
-            c = self.container(name, I64, (), "arg")
+            c = self.container(name, I64, (), "arg", weak=python)
         elif isinstance(value, (float, np.floating)):
             c = self.container(name, _data_dtype(np.dtype(type(value)) if isinstance(value, np.floating) else F64,
-                                                 name), (), "arg")
+                                                 name), (), "arg", weak=python)
         elif isinstance(value, np.ndarray):
             c = self.container(name, _data_dtype(value.dtype, name), value.shape, "arg")
             self.params.append(c)
@@ -409,16 +410,24 @@ class Frontend(LoopStatements):
 
     def write_scalar(self, name, e, frame, loc):
         c = frame.owned.get(name)
-        key = (frame.fn, name)
+        key, strong = (frame.fn, name), (frame.fn, name, "strong")
         want = e.dtype
         if key in self.hints:
             want = np.result_type(want, self.hints[key])
         if c is None:
-            c = self.container(name, want, ())
+            # a name given a NumPy scalar later (``acc = 0.0``, then ``acc += x32[i]``) holds that
+            # dtype from the start, as Python's name does from then on
+            want = self.hints.get(strong, want)
+            c = self.container(name, want, (), weak=is_weak(e) and strong not in self.hints)
             frame.owned[name] = c
         elif result_dtype([scalar(c), e], "same") != c.dtype and not (c.dtype.kind == "f" and e.dtype.kind == "f"):
             self.hints[key] = result_dtype([scalar(c), e], "same")
             raise Restart()
+        elif c.weak and not is_weak(e) and e.dtype.kind == "f" and e.dtype != c.dtype:
+            self.hints[strong] = e.dtype
+            raise Restart()
+        elif c.weak and not is_weak(e):
+            c.weak = False                        # a NumPy scalar from here on
         self.keep_views_of(c, loc)
         self.emit(Assign(Ref(c, ()), e, loc=loc))
         self.facts.define(c, e)
@@ -541,7 +550,7 @@ class Frontend(LoopStatements):
             if ea is not None and eb is not None and len(ea.shape) != len(eb.shape):
                 raise unsupported(loc, f"name {name!r} bound to arrays of different shapes in the branches",
                                   "give the variable the same shape on every path")
-            m = self.container(name, dt, ref_e.shape)
+            m = self.container(name, dt, ref_e.shape, weak=all(is_weak(e) for e in (ea, eb) if e is not None))
             mref = Ref(m) if m.ndim else Ref(m, ())
             if ea is not None and not esc_a.dead:
                 stmts_a.append(Assign(mref, ea, loc=loc))

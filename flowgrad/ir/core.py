@@ -20,15 +20,18 @@ def is_float(dtype) -> bool:
 
 
 class Container:
-    """A named array or scalar. kind: 'arg' (parameter), 'transient' or 'tape'."""
+    """A named array or scalar. kind: 'arg' (parameter), 'transient' or 'tape'. ``weak``: a
+    scalar holding a Python int or float, weak in promotion as NEP 50 makes Python scalars
+    (``x32 * s`` stays float32)."""
 
-    __slots__ = ("name", "dtype", "shape", "kind")
+    __slots__ = ("name", "dtype", "shape", "kind", "weak")
 
-    def __init__(self, name: str, dtype, shape: tuple, kind: str = "transient"):
+    def __init__(self, name: str, dtype, shape: tuple, kind: str = "transient", weak=False):
         self.name = name
         self.dtype = np.dtype(dtype)
         self.shape = tuple(as_expr(d) for d in shape)
         self.kind = kind
+        self.weak = weak and not self.shape
 
     @property
     def ndim(self) -> int:
@@ -211,6 +214,12 @@ class Op(Expr):
         self.dtype = np.dtype(dtype)
         self.shape = shape
 
+    @property
+    def weak(self):
+        """Python's arithmetic on Python scalars gives a Python scalar (see ``is_weak``)."""
+        args = self.args[1:] if self.name == "where" else self.args      # not the test
+        return not self.shape and self.name in _WEAK_OPS and all(is_weak(a) for a in args)
+
 
 class Take(Expr):
     """Elements of a whole container at positions read from integer arrays (NumPy's ``x[i, j]``
@@ -284,10 +293,23 @@ def const_value(e):
     return e.value if isinstance(e, Const) else None
 
 
+# the operations Python's operators and builtins apply to Python scalars, giving Python scalars
+_WEAK_OPS = frozenset({"add", "subtract", "multiply", "divide", "floor_divide", "mod", "power", "negative",
+                       "abs", "maximum", "minimum", "where"})
+
+
+def is_weak(e):
+    """Whether ``e`` is a Python scalar in NumPy's promotion (NEP 50): a Python literal, a scalar
+    holding a Python int or float argument, or Python arithmetic on such values."""
+    if isinstance(e, Read):
+        return e.ref.container.weak and not e.shape
+    return isinstance(e, (Const, Op)) and e.weak
+
+
 def result_dtype(args, kind):
-    """NumPy 2 promotion with Python literals weak (NEP 50)."""
-    strong = [a.dtype for a in args if not (isinstance(a, Const) and a.weak)]
-    weak = [a.dtype for a in args if isinstance(a, Const) and a.weak]
+    """NumPy 2 promotion with Python scalars weak (NEP 50, ``is_weak``)."""
+    strong = [a.dtype for a in args if not is_weak(a)]
+    weak = [a.dtype for a in args if is_weak(a)]
     if strong:
         dt = np.result_type(*strong)
         for w in weak:
