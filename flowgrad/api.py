@@ -207,9 +207,11 @@ def _native_vjp(grad_fn, cotangent, wrt):
                 # The first pullback hands over the computed arrays themselves (scaled in place): a
                 # scaled copy of a large gradient costs as much as a pass of the backward sweep.
                 # Later pullbacks recompute, since the caller owns the arrays handed over.
-                mine = kept.pop() if kept else grad_fn(*args, 1.0)[1]
-                if ct != 1.0:
-                    for g in mine:
+                mine = list(kept.pop() if kept else grad_fn(*args, 1.0)[1])
+                for k, g in enumerate(mine):
+                    if any(np.may_share_memory(g, h) for h in mine[:k]):
+                        mine[k] = g = g.copy()      # a wrt named twice: its own array, scaled once
+                    elif ct != 1.0:
                         g *= ct
                 return unpack(mine)
             return result, pullback
@@ -319,12 +321,23 @@ class _Transform:
         """The store-all specialisation for these arguments' signature (captured on first use)."""
         key = self.cache_key(args, arguments)
         entry = self.cache.get(key)
+        if entry is not None and not entry.cap.current():
+            self.drop_stale()
+            entry = None
         if entry is None:
             entry = _Compiled(self.fn, args, key[1] if self.mode != "forward" else (), self.backend, self.mode)
             self.cache[key] = entry
             if os.environ.get("FLOWGRAD_DUMP"):
                 print(entry.ir_text())
         return entry
+
+    def drop_stale(self):
+        """Forget the captures (and their plans) that read a module global, closure variable or
+        helper since rebound: the next call captures the function again, as Python would run it."""
+        for key, entry in list(self.cache.items()):
+            if not entry.cap.current():
+                del self.cache[key]
+        self.plans = {k: v for k, v in self.plans.items() if any(id(e) == k[0] for e in self.cache.values())}
 
     def release(self):
         """Free the working memory compiled native code keeps between calls (intermediates,
@@ -356,7 +369,10 @@ def _format_grads(grads, wrt, single, args_by_name):
     for g, name in zip(grads, wrt):
         v = args_by_name[name]
         if isinstance(v, np.ndarray):
-            out.append(np.asarray(g, dtype=v.dtype).reshape(v.shape))
+            g = np.asarray(g, dtype=v.dtype).reshape(v.shape)
+            if any(isinstance(h, np.ndarray) and np.may_share_memory(g, h) for h in out):
+                g = g.copy()                # a wrt named twice gets arrays of its own
+            out.append(g)
         else:
             out.append(float(g))
     return out[0] if single else tuple(out)
@@ -453,6 +469,8 @@ def vjp(fn, *args, wrt=None, backend=None):
     elif not isinstance(wrt, (tuple, list)):
         wrt = (wrt,)
     t = _Transform(fn, tuple(wrt), backend or DEFAULT_BACKEND, "reverse")
+    # the pullback differentiates at these values, whatever the caller does to its arrays after
+    args = tuple(np.array(a) if isinstance(a, np.ndarray) else a for a in args)
     entry = t.compiled(args)
     names, _ = t.wrt_names(args)
     value, pull = _run_vjp(entry, args)

@@ -314,7 +314,7 @@ NN_CALLS = {
 
 def _alloc(low, c, ind):
     if c.ndim and low.needs_allocation(c):
-        low.line(f"{c.name} = {native_calls.new_array(low.shape_tuple(c.shape), c.dtype)}", ind)
+        low.allocate(c, ind)
 
 
 def _ints(shape):

@@ -86,6 +86,7 @@ class Lowering:
         self.scratch = []           # allocations of fixed-shape temporaries, emitted once at entry
         self.workspace = []         # (dtype, ndim, variable) of each buffer kept between calls
         self.outputs = []           # (dtype, ndim, position) of each fixed-shape array handed over
+        self.carved = {}            # array of run-time shape -> the workspace buffer it is carved from
         self.reserved = set()       # tapes with room reserved for every push of the enclosing loop
         self.nesting = 0            # loops and branches around the statement being lowered
         self.once = {}              # values computed by statements that run once per call (see nn_ops)
@@ -578,7 +579,7 @@ class Lowering:
             if id(s) not in rows:
                 self.line(f"{accs[-1]} = {reduction_start(s)[0]}", ind)
             elif self.needs_allocation(c):
-                self.line(f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}", ind)
+                self.allocate(c, ind)
         tapes = [s for s in members if isinstance(s, (Push, Pop))]
         size = " * ".join(self.extents(shape))
         slots = {}                    # the part of the tape a push fills or a pop reads, shaped as the nest
@@ -841,7 +842,6 @@ class Lowering:
             self.line(f"{c.name} {op} {value}", ind)
             return
         allocate = s.dst.is_whole() and not s.accumulate and self.needs_allocation(c)
-        alloc_line = f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}"
         shape = s.dst.shape
         e = s.expr
         if s.dst.is_whole() and not s.accumulate and isinstance(e, Op) and _vector_math(e) and \
@@ -850,7 +850,7 @@ class Lowering:
             # ``c = tanh(a)``: ``a`` is written into ``c`` and the ufunc runs there in place, with
             # no temporary and no copy
             if allocate:
-                self.line(alloc_line, ind)
+                self.allocate(c, ind)
             arg = self.hoist(e.args[0], shape, ind)
             [(dst, arg)], flat = self.collapse([(s.dst, arg)], shape, ind)
             names, inner = self.nest(flat, ind)
@@ -866,18 +866,33 @@ class Lowering:
             names, inner = self.nest(shape, ind, parallel=parallel)
             self.line(f"{tmp}[{', '.join(names)}] = {self.elem(expr, names, shape)}", inner)
             if allocate:
-                self.line(alloc_line, ind)
+                self.allocate(c, ind)
             names, inner = self.nest(shape, ind, parallel=parallel)
             target = self.read(s.dst, names, shape)
             self.line(f"{target} {'+=' if s.accumulate else '='} {tmp}[{', '.join(names)}]", inner)
             return
         if allocate:
-            self.line(alloc_line, ind)
+            self.allocate(c, ind)
         parallel = self.splits(shape, [(s.dst, expr)])
         [(dst, expr)], shape = self.collapse([(s.dst, expr)], shape, ind)
         names, inner = self.nest(shape, ind, parallel=parallel and len(shape) > 1)
         target = self.read(dst, names, shape)
         self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
+
+    def allocate(self, c, ind):
+        """Bind array ``c``, of a shape known at run time, to fresh memory for a whole write: the
+        front of its workspace buffer (grown when too small, kept between passes and calls), so
+        that a loop allocating it on every pass allocates nothing once the buffer is large
+        enough (binomial_option's gradient 16.8 -> 15.9 ms, its 4,000 passes each allocating a
+        copy of the values' adjoint), else a new array."""
+        buf = self.carved.get(c.name)
+        if buf is None:
+            self.line(f"{c.name} = {new_array(self.shape_tuple(c.shape), c.dtype)}", ind)
+            return
+        size = " * ".join(self.extents(c.shape))
+        self.line(f"{buf} = _rt.room({buf}, {size})", ind)
+        self.line(f"{c.name} = {buf}[:{size}]" + (f".reshape({self.shape_tuple(c.shape)})" if c.ndim > 1 else ""),
+                  ind)
 
     def needs_allocation(self, c):
         """Whether a whole write must allocate: only transients whose shape is known late."""
@@ -1068,6 +1083,11 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
             low.allocated_at_start.add(c.name)
         else:
             low.line(f"{c.name} = np.empty({(0,) * c.ndim!r}, dtype={dtype_src(c.dtype)})", ind)
+            if c not in returned:
+                k = len(low.workspace)
+                low.workspace.append((np.dtype(c.dtype).name, 1, f"_ws{k}"))
+                low.line(f"_ws{k} = _ws[{k}]", ind)
+                low.carved[c.name] = f"_ws{k}"
     for t in tapes:
         k = len(low.workspace)
         low.workspace.append((np.dtype(t.dtype).name, 1, t.name))     # returned as grown

@@ -26,7 +26,7 @@ def _out(low, s, ind):
     """Allocate a Call's (whole) output container."""
     c = s.outputs[0]
     if c.ndim and low.needs_allocation(c):
-        low.line(f"{c.name} = {new_array(low.shape_tuple(c.shape), c.dtype)}", ind)
+        low.allocate(c, ind)
     return c
 
 

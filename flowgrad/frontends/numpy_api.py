@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import types
 
 import numpy as np
 
@@ -699,9 +700,13 @@ def get_attribute(fe, obj, attr, loc):
             return _BoundMethod(obj, attr)
         raise unsupported(loc, f"array attribute .{attr}", "use NumPy functions on the array")
     try:
-        return getattr(obj, attr)
+        value = getattr(obj, attr)
     except AttributeError:
         raise FlowgradError(f"{loc}: {type(obj).__name__} has no attribute {attr!r}") from None
+    if isinstance(obj, types.ModuleType) and hasattr(fe, "global_reads") and \
+            obj.__name__.split(".")[0] not in ("numpy", "math", "scipy", "builtins"):
+        fe.global_reads.append((obj.__dict__, attr, value))       # a user module's setting
+    return value
 
 
 class _BoundMethod:

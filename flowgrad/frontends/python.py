@@ -83,6 +83,7 @@ class Frame:
         self.ret = None          # result container, for returns under runtime control flow
         self.ret_flag = None     # bool container: "has returned"
         self.ret_value = None    # the value of an unconditional top-level return
+        self.sources = {}        # closure name -> its cell (other outside names: fn.__globals__)
 
     def loc(self, node):
         return Loc(self.filename, self.first_line + getattr(node, "lineno", 1) - 1)
@@ -104,6 +105,7 @@ class Frontend(LoopStatements):
         self.arg_containers = {}  # argument name -> its container
         self.out = [[]]          # stack of statement lists being filled
         self.frames = []
+        self.global_reads = []   # (module dict or closure cell, name, value) the capture folded in
         self.depth = 0
         self.reads_log = None    # (frame, {name: binding}) while compiling a loop body
 
@@ -230,10 +232,13 @@ class Frontend(LoopStatements):
             raise UnsupportedError(f"{Loc(filename, first)}: unsupported callable {fn.__name__!r}: "
                                    "define it with def (or as a single lambda on its line)")
         globals_ = dict(fn.__globals__)
+        sources = {}                      # where each outside name lives, for ``global_reads``
         if fn.__closure__:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
                 globals_[name] = cell.cell_contents
+                sources[name] = cell
         frame = Frame(fn, filename, first, globals_)
+        frame.sources = sources
         for node in ast.walk(fdef):
             if node is not fdef and type(node) in _UNSUPPORTED_NODES:
                 what, hint = _UNSUPPORTED_NODES[type(node)]
@@ -596,7 +601,9 @@ class Frontend(LoopStatements):
             indexing.check_fresh(self, v, frame.loc(node))
             return v
         if name in frame.globals:
-            return frame.globals[name]
+            v = frame.globals[name]
+            self.global_reads.append((frame.sources.get(name, frame.fn.__globals__), name, v))
+            return v
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise FlowgradError(f"{frame.loc(node)}: name {name!r} is not defined")
@@ -971,4 +978,6 @@ def capture(fn, args) -> Captured:
         return [bound.arguments[n] for n in names] + const_values
 
     name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
-    return Captured(name, params, body, result, fe.containers, fe.namer, fe.arg_containers, inputs)
+    cap = Captured(name, params, body, result, fe.containers, fe.namer, fe.arg_containers, inputs)
+    cap.global_reads = list({(id(w), n): (w, n, v) for w, n, v in fe.global_reads}.values())
+    return cap
