@@ -20,16 +20,22 @@ from .errors import InputError
 class _Vjp:
     """``fn`` with one cached flowgrad transform per set of differentiated argument positions."""
 
-    def __init__(self, fn, backend):
+    def __init__(self, fn, backend, param_names=()):
         self.fn, self.backend = fn, backend
+        self.param_names = list(param_names)    # a module's parameters, passed after the inputs
         self.cache = {}
 
     def __call__(self, args, wrt):
         """Run the forward pass; returns ``(value, pullback)``, ``pullback(ct)`` giving one
         gradient per position in ``wrt`` (None when nothing is differentiated)."""
         if hasattr(self.fn, "_flowgrad_vjp"):          # a program from from_torch / from_onnx
-            value, pull = api.vjp(self.fn, *args, backend=self.backend)
-            return value, (lambda ct: [pull(ct)[0][k] for k in wrt]) if wrt else None
+            n_in = len(args) - len(self.param_names)
+            value, pull = api.vjp(self.fn, *args[:n_in], backend=self.backend)
+
+            def pullback(ct):
+                inputs, params = pull(ct)
+                return [inputs[k] if k < n_in else params[self.param_names[k - n_in]] for k in wrt]
+            return value, pullback if wrt else None
         if not wrt:
             f = self.cache.get(()) or self.cache.setdefault((), api.jit(self.fn, backend=self.backend))
             return f(*args), None
@@ -90,7 +96,8 @@ def function(fn, backend=None):
 
     Args:
       fn: a Python function using NumPy (loops, in-place updates, views, branches) returning one
-        array or float, or a program from ``flowgrad.from_torch`` / ``flowgrad.from_onnx``.
+        array or float, or a program from ``flowgrad.from_torch`` / ``flowgrad.from_onnx`` (a
+        ``from_torch`` program's module parameters get their gradients too, as from ``module(x)``).
       backend: the flowgrad backend (default: flowgrad's default).
 
     Returns:
@@ -103,10 +110,14 @@ def function(fn, backend=None):
       >>> loss = sim(net(x), kappa, 100).square().mean()     # doctest: +SKIP
       >>> loss.backward()                                     # doctest: +SKIP
     """
-    vjp = _Vjp(fn, backend)
+    module = getattr(fn, "module", None) if hasattr(fn, "_flowgrad_vjp") else None
+    names = list(fn.param_names) if isinstance(module, torch.nn.Module) else []
+    vjp = _Vjp(fn, backend, names)
 
     @functools.wraps(fn)
     def apply(*args):
+        # a module's parameters go in as arguments too, so that autograd hands them their gradients
+        args = args + tuple(module.get_parameter(n) for n in names)
         wrt = tuple(k for k, a in enumerate(args)
                     if isinstance(a, torch.Tensor) and a.requires_grad and a.is_floating_point())
         return _Apply.apply(vjp, wrt, *args)

@@ -44,6 +44,7 @@ def check_onnx_against_torch(module, inputs, dtype=torch.float64, backend="numpy
     out, pullback = flowgrad.vjp(prog, *arrays)
     leaves = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
     ref = module(*leaves)
+    assert np.shape(out) == tuple(ref.shape), f"output shape {np.shape(out)}, PyTorch's {tuple(ref.shape)}"
     assert _rel(out, ref.detach().numpy()) < tol
     ct = np.random.default_rng(3).standard_normal(np.shape(out)).astype(np.asarray(out).dtype)
     module.zero_grad()
@@ -78,6 +79,22 @@ def test_exported_loss_gradients(name):
 def test_exported_operations(name):
     module, *inputs = OPS[name]
     check_onnx_against_torch(module, inputs)
+
+
+class _MeanLoss(torch.nn.Module):
+    def forward(self, x, y):         # exported as ReduceMean(keepdims=1) and a Squeeze() of every axis
+        return (x * x).mean() + torch.nn.functional.binary_cross_entropy_with_logits(x, torch.sigmoid(y))
+
+
+def test_exported_mean_losses_are_scalars():
+    check_onnx_against_torch(_MeanLoss(), [torch.randn(3, 4), torch.randn(3, 4)])
+
+
+def test_exported_gemm_output_used_twice():
+    # an MLP whose second Linear's output feeds SiLU (x * sigmoid(x)): the Gemm result read twice
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.SiLU())
+    check_onnx_against_torch(module, [torch.randn(3, 4)])
 
 
 def test_exported_embedding():

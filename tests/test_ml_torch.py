@@ -111,6 +111,12 @@ def _inplace(s, x):
     return s.m[1](y) * 2             # nn.ReLU(inplace=True)
 
 
+def _tied():
+    a, b = nn.Linear(3, 3, bias=False), nn.Linear(3, 3)
+    b.weight = a.weight              # one Parameter used twice: its gradient sums both uses
+    return a, b
+
+
 OPS = {
     "elementwise": (Fn(lambda s, x: torch.exp(x) * torch.sin(x) - torch.cos(x) / (2 + x.abs()) + x.pow(3)
                        + torch.sqrt(x * x + 1) + torch.rsqrt(x * x + 1) + torch.log1p(x.abs())
@@ -169,8 +175,11 @@ OPS = {
                        + torch.full_like(x, 3.0)), R(3, 4)),
     "constants": (Fn(lambda s, x: x * torch.arange(4, dtype=x.dtype) + torch.ones(4, dtype=x.dtype) * 2
                      + x.tril() + x.cumsum(1)), R(4, 4)),
-    "indexing": (Fn(lambda s, x, i: x[i] + x[:, i].t() + torch.index_select(x, 1, i).t()), R(4, 4),
-                 torch.tensor([3, 0, 1, 1])),
+    "indexing": (Fn(lambda s, x, i: x[i] + x[:, i].t() + torch.index_select(x, 1, i).t()
+                    + torch.index_select(x, -1, i)), R(4, 4), torch.tensor([3, 0, 1, 1])),
+    "softplus_threshold": (Fn(lambda s, x: F.softplus(x * 3, threshold=1.0) + F.softplus(x, beta=2.0, threshold=0.5)),
+                           R(3, 4)),
+    "tied_weights": (Fn(lambda s, x: s.m[1](s.m[0](x)), *_tied()), R(2, 3)),
     "scalar_output": (Fn(lambda s, x: (x * x).sum()), R(3)),
     "expand": (Fn(lambda s, x: x[:, None, :].expand(3, 2, 4) * x.unsqueeze(1)), R(3, 4)),
 }
@@ -308,3 +317,22 @@ def test_import_flowgrad_does_not_import_torch():
     import sys
     code = "import sys, flowgrad; assert 'torch' not in sys.modules and 'jax' not in sys.modules, sys.modules.keys()"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_module_parameters_get_gradients_in_a_torch_training_step():
+    import flowgrad.torch
+    torch.manual_seed(0)
+    x = R(5, 3).double()
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    ref = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    ref.load_state_dict(net.state_dict())
+    f = flowgrad.torch.function(flowgrad.from_torch(net, x))
+    opts = torch.optim.SGD(net.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(3):                           # the second and third steps see the updated weights
+        for opt, model in zip(opts, (f, ref)):
+            opt.zero_grad()
+            (model(x) ** 2).sum().backward()
+        for p, q in zip(net.parameters(), ref.parameters()):
+            assert p.grad is not None and _rel(p.grad, q.grad) < 1e-10
+        for opt in opts:
+            opt.step()

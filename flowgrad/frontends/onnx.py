@@ -180,7 +180,7 @@ def _axes(ins, at, k=1):
 
 
 def _squeeze(b, loc, ins, at):
-    return b.squeeze(ins[0], _axes(ins, at))
+    return b.squeeze(ins[0], _axes(ins, at) or None)      # no axes (or an empty list): every length-1 one
 
 
 def _unsqueeze(b, loc, ins, at):

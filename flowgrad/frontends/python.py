@@ -66,8 +66,13 @@ class Namer:
         if base[0].isdigit():
             base = "_" + base
         n = self.used.get(base, 0)
+        name = base if n == 0 else f"{base}_{n}"
+        while name in self.used and name != base:       # ``linear_1`` asked for after ``linear`` twice
+            n += 1
+            name = f"{base}_{n}"
         self.used[base] = n + 1
-        return base if n == 0 else f"{base}_{n}"
+        self.used.setdefault(name, 1)
+        return name
 
 
 class Frame:

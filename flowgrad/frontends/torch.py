@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from ..errors import FlowgradError, Loc, UnsupportedError
-from ..ir.core import Assign, Expr, Read, iter_reads, op
+from ..ir.core import Assign, Expr, Read, Ref, iter_reads, op
 from ..nn_ops import REDUCTIONS, ModelProgram, NNBuilder
 
 # ---------------------------------------------------------------- the op table
@@ -83,7 +83,8 @@ def _elu(b, input, alpha=1.0, scale=1.0, input_scale=1.0, **_):
 
 
 def _softplus(b, input, beta=1.0, threshold=20.0, **_):
-    return b.softplus(input, beta)
+    x = b.to_expr(input)             # PyTorch's softplus is linear where beta * x > threshold
+    return op("where", op("greater", x * beta if beta != 1 else x, threshold), x, b.softplus(x, beta))
 
 
 def _hardsigmoid(b, input, **_):
@@ -300,7 +301,7 @@ def _index(b, input, indices, **_):
 
 
 def _index_select(b, input, dim, index, **_):
-    return _index(b, input, [None] * dim + [index])
+    return _index(b, input, [None] * (dim % len(b.shape(b.to_expr(input)))) + [index])
 
 
 def _item(b, input, **_):
@@ -701,9 +702,14 @@ class _Converter:
                 self.env[node] = b.arg(node.name, a.dtype, a.shape, ("input", user), key=self.prog.input_names[user])
                 user += 1
             elif spec.kind == InputKind.PARAMETER:
-                v = self.prog._param_value(spec.target)
-                self.env[node] = b.arg(node.name, v.dtype, v.shape, ("param", spec.target), key="param:" + spec.target)
-                declared.add(spec.target)
+                target = self.prog.canonical_name(spec.target)      # tied parameters: one container
+                c = b.arg_containers.get("param:" + target)
+                if c is not None:
+                    self.env[node] = Read(Ref(c) if c.ndim else Ref(c, ()))
+                else:
+                    v = self.prog._param_value(target)
+                    self.env[node] = b.arg(node.name, v.dtype, v.shape, ("param", target), key="param:" + target)
+                declared.add(target)
             elif spec.kind == InputKind.BUFFER:
                 target = spec.target
                 v = self.prog._buffer_value(target)
@@ -899,6 +905,12 @@ class TorchProgram(ModelProgram):
 
     def _build(self, args):
         return _Converter(self, self._export(args)).run(args)
+
+    def canonical_name(self, name):
+        """The ``named_parameters()`` name of the Parameter at ``name`` (a tied one, such as an
+        output layer sharing its embedding's weight, is listed once, under its first name)."""
+        p = self.module.get_parameter(name)
+        return next((n for n, q in self.module.named_parameters() if q is p), name)
 
     def _param_value(self, name):
         # the module's Parameter objects (optimisers update them in place), read on every call
