@@ -111,6 +111,13 @@ def _inplace(s, x):
     return s.m[1](y) * 2             # nn.ReLU(inplace=True)
 
 
+def _clone_then_update(s, x):
+    y = x * 2
+    z = y.clone()                    # a copy: the update below does not reach it
+    y.add_(1.0)
+    return z * y
+
+
 def _tied():
     a, b = nn.Linear(3, 3, bias=False), nn.Linear(3, 3)
     b.weight = a.weight              # one Parameter used twice: its gradient sums both uses
@@ -180,6 +187,7 @@ OPS = {
     "softplus_threshold": (Fn(lambda s, x: F.softplus(x * 3, threshold=1.0) + F.softplus(x, beta=2.0, threshold=0.5)),
                            R(3, 4)),
     "tied_weights": (Fn(lambda s, x: s.m[1](s.m[0](x)), *_tied()), R(2, 3)),
+    "clone_then_update": (Fn(_clone_then_update), R(2, 3)),
     "scalar_output": (Fn(lambda s, x: (x * x).sum()), R(3)),
     "expand": (Fn(lambda s, x: x[:, None, :].expand(3, 2, 4) * x.unsqueeze(1)), R(3, 4)),
 }
@@ -336,3 +344,15 @@ def test_module_parameters_get_gradients_in_a_torch_training_step():
             assert p.grad is not None and _rel(p.grad, q.grad) < 1e-10
         for opt in opts:
             opt.step()
+
+
+def _reshape_then_update(s, x):
+    y = x * 2
+    v = y.reshape(-1)                # PyTorch: a view, which shows the update below
+    y.add_(1.0)
+    return v
+
+
+def test_a_reshape_of_a_tensor_updated_afterwards_is_reported():
+    with pytest.raises(flowgrad.UnsupportedError, match=r"reshape of a tensor updated in place afterwards"):
+        flowgrad.from_torch(Fn(_reshape_then_update).double(), R(2, 2).double())

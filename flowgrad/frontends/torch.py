@@ -724,6 +724,8 @@ class _Converter:
                 v = self.prog._param_value(name)
                 b.arg("unused_" + name, v.dtype, v.shape, ("param", name), key="param:" + name)
         mutated = self._mutated()
+        self.order = {n: k for k, n in enumerate(ep.graph.nodes)}
+        self.last_write = self._last_writes()
         result = None
         for node in ep.graph.nodes:
             if node.op == "call_function":
@@ -760,6 +762,29 @@ class _Converter:
                     t = t.args[0]
         return out
 
+    def _last_writes(self):
+        """Node -> position of the last in-place op writing its memory (through views)."""
+        import torch.fx
+        out = {}
+        for k, node in enumerate(self.ep.graph.nodes):
+            if node.op == "call_function" and _is_inplace(node.target):
+                t, seen = node.args[0], set()
+                while isinstance(t, torch.fx.Node) and t not in seen:
+                    seen.add(t)
+                    out[t] = k
+                    name = getattr(t.target, "_opname", None)
+                    if t.op != "call_function" or (name not in _VIEWS and not _is_inplace(t.target)) or \
+                            name in _COPIES:
+                        break
+                    t = t.args[0]
+        return out
+
+    def written_later(self, node):
+        """Whether the memory ``node`` reads (its first argument's) is written in place after it."""
+        import torch.fx
+        src = node.args[0] if node.args else None
+        return isinstance(src, torch.fx.Node) and self.last_write.get(src, -1) > self.order[node]
+
     def call(self, node, mutated):
         import torch
         from torch.fx.operator_schemas import normalize_function
@@ -795,11 +820,18 @@ class _Converter:
                                    f"module {_module_path(node)}): {exc}") from None
         if inplace:
             return self.write_inplace(node, value)
-        if base in _COPIES and mutated and isinstance(value, Read):
-            value = b.materialize(value, node.name)
-        if base in ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "expand", "repeat") and mutated:
+        if base in _COPIES and (mutated or self.written_later(node)) and isinstance(value, Read):
+            value = b.materialize(value, node.name)        # a copy apart from what is written later
+        if base in ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "expand") and mutated:
             raise UnsupportedError(f"{b.loc}: unsupported in-place update through a reshaped tensor (graph node "
                                    f"'{node.name}', module {_module_path(node)}): update the original tensor")
+        source = self.env.get(node.args[0]) if node.args else None
+        if base in ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "expand") and self.written_later(node) \
+                and not (isinstance(value, Read) and isinstance(source, Read)
+                         and value.ref.container is source.ref.container):      # a copy, not a view
+            raise UnsupportedError(f"{b.loc}: unsupported {base} of a tensor updated in place afterwards (graph node "
+                                   f"'{node.name}', module {_module_path(node)}): PyTorch's result is a view and "
+                                   "shows the update, flowgrad's is a copy; take it after the update")
         return self.settle(node, value, mutated)
 
     def _fold(self, node):
