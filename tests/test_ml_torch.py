@@ -356,3 +356,18 @@ def _reshape_then_update(s, x):
 def test_a_reshape_of_a_tensor_updated_afterwards_is_reported():
     with pytest.raises(flowgrad.UnsupportedError, match=r"reshape of a tensor updated in place afterwards"):
         flowgrad.from_torch(Fn(_reshape_then_update).double(), R(2, 2).double())
+
+
+class _Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(1))
+
+    def forward(self, x):
+        self.count.add_(1.0)         # state PyTorch keeps between calls
+        return x * self.count
+
+
+def test_a_buffer_written_in_forward_is_reported():
+    with pytest.raises(flowgrad.UnsupportedError, match=r"writes count in place"):
+        flowgrad.from_torch(_Counter(), R(3))

@@ -742,6 +742,12 @@ class _Converter:
                 raise UnsupportedError(f"{_user_frame(node.meta.get('stack_trace'))}: unsupported graph node "
                                        f"{node.name} ({node.op}) in module {_module_path(node)}: control-flow "
                                        "operators (torch.cond, loops) are not supported")
+        written = [specs[n.name].target for n in ep.graph.nodes if n.op == "placeholder" and n in mutated
+                   and specs[n.name].kind in (InputKind.BUFFER, InputKind.PARAMETER)]
+        if written:
+            raise UnsupportedError(f"unsupported state update: {type(self.prog.module).__name__} writes "
+                                   f"{', '.join(written)} in place in its forward pass, which flowgrad would not "
+                                   "write back; keep such state outside the module, or update it after the call")
         if isinstance(result, np.ndarray):
             result = b.materialize(b.to_expr(result), "result")
         return b, result
