@@ -371,3 +371,9 @@ class _Counter(nn.Module):
 def test_a_buffer_written_in_forward_is_reported():
     with pytest.raises(flowgrad.UnsupportedError, match=r"writes count in place"):
         flowgrad.from_torch(_Counter(), R(3))
+
+
+@pytest.mark.native
+def test_a_result_updated_in_place_is_returned_as_computed():
+    # the backward sweep restores the result's earlier values; the call still returns the final ones
+    check_against_torch(Fn(lambda s, x: (x * 2.0).exp_()), [R(2, 3)], backend="native")

@@ -1133,17 +1133,26 @@ def emit_forward(prog) -> str:
 def emit_grad(prog, gp, wrt) -> str:
     """``<name>_grad(*params, cotangent, _ws, _out) -> (result, (grads...), workspace)``:
     forward and backward in one function."""
-    low = Lowering(gp.containers, gp.forward + gp.backward)
+    result, forward = prog.results[0], list(gp.forward)
+    containers = [c for c in gp.containers.values() if c is not gp.cotangent]
+    if any(w.container is result for t in walk(gp.backward) for w in stmt_writes(t)):
+        # the backward sweep restores the result's earlier values (it was updated in place):
+        # what the call returns is kept as the forward sweep left it
+        kept = Container(result.name + "_value", result.dtype, result.shape)
+        forward.append(Assign(Ref(kept) if kept.ndim else Ref(kept, ()), Read(Ref(result) if result.ndim
+                                                                               else Ref(result, ()))))
+        containers.append(kept)
+        result = kept
+    low = Lowering({**gp.containers, result.name: result}, forward + gp.backward)
     names = ", ".join([p.name for p in prog.params] + [gp.cotangent.name])
     low.line("@_jit", 0)
     low.line(f"def {prog.name}_grad({names}, _ws, _out):", 0)
     tapes = list(gp.tapes.values())
-    containers = [c for c in gp.containers.values() if c is not gp.cotangent]
-    returned = {prog.results[0]: 0}
+    returned = {result: 0}
     returned.update({gp.grads[w]: 1 + k for k, w in enumerate(wrt) if w in gp.grads})
-    _prologue(low, prog, containers, tapes, 1, gp.forward + gp.backward, returned)
+    _prologue(low, prog, containers, tapes, 1, forward + gp.backward, returned)
     entry = len(low.lines)
-    low.block(gp.forward + gp.backward, 1)     # one sequence: a forward's last pass may share its nest
+    low.block(forward + gp.backward, 1)        # one sequence: a forward's last pass may share its nest
                                                # with the backward's first
     outs = []
     for w in wrt:
@@ -1157,4 +1166,4 @@ def emit_grad(prog, gp, wrt) -> str:
             outs.append(g.name)
     wrapped = [o if w.ndim else (o if o.startswith("np.full") else f"np.full((1,), {o})")
                for o, w in zip(outs, wrt)]
-    return _finish(low, prog.name + "_grad", entry, f"{prog.results[0].name}, ({''.join(o + ', ' for o in wrapped)})")
+    return _finish(low, prog.name + "_grad", entry, f"{result.name}, ({''.join(o + ', ' for o in wrapped)})")
