@@ -174,6 +174,7 @@ OPS = {
                          + F.cross_entropy(x, t, weight=torch.arange(1.0, 6.0, dtype=x.dtype), ignore_index=1)),
                       R(4, 5), torch.tensor([0, 1, 4, 2])),
     "cross_entropy_nd": (Fn(lambda s, x, t: F.cross_entropy(x, t)), R(2, 5, 3), torch.tensor([[0, 1, 4], [1, 1, 2]])),
+    "cross_entropy_unbatched": (Fn(lambda s, x, t: F.cross_entropy(x, t)), R(5), torch.tensor(2)),
     "losses": (Fn(lambda s, x, t, y: F.nll_loss(F.log_softmax(x, 1), t) + F.mse_loss(x, y) + F.l1_loss(x, y)
                   + F.binary_cross_entropy_with_logits(x, torch.sigmoid(y))),
                R(4, 5), torch.tensor([0, 1, 4, 2]), R(4, 5, seed=3)),

@@ -93,7 +93,8 @@ def ref_src(r) -> str:
             parts.append("None")
         else:
             parts.append(_slice_src(it))
-    text = f"{c.name}[{', '.join(parts)}]" if parts else c.name
+    base = f"np.asarray({c.name})" if c.ndim == 0 else c.name       # a scalar given new axes
+    text = f"{base}[{', '.join(parts)}]" if parts else c.name
     if r.perm is not None:
         text += f".transpose({', '.join(map(str, r.perm))})"
     return text
