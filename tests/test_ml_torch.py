@@ -164,6 +164,8 @@ OPS = {
     "sdpa": (Fn(lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v)
                 + F.scaled_dot_product_attention(q, k, v, is_causal=True)),
              R(2, 2, 4, 8), R(2, 2, 4, 8, seed=1), R(2, 2, 4, 8, seed=2)),
+    "sdpa_gqa": (Fn(lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)),
+                 R(2, 4, 3, 8), R(2, 2, 5, 8, seed=1), R(2, 2, 5, 8, seed=2)),
     "multihead": (Fn(lambda s, q: s.m[0](q, q, q, need_weights=False)[0], nn.MultiheadAttention(8, 2,
                                                                                                batch_first=True)),
                   R(2, 5, 8)),

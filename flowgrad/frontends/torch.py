@@ -452,7 +452,22 @@ def _sdpa(b, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     if dropout_p:
         raise UnsupportedError(f"{b.loc}: unsupported attention dropout (dropout_p={dropout_p}): call "
                                "module.eval() before flowgrad.from_torch")
+    if enable_gqa:                   # grouped-query attention: each key/value head serves a group of queries
+        heads = b.shape(b.to_expr(query))[-3]
+        key, value = _repeat_heads(b, key, heads), _repeat_heads(b, value, heads)
     return b.attention(query, key, value, attn_mask, is_causal, scale)
+
+
+def _repeat_heads(b, t, heads):
+    """``t`` (..., h, S, E) with each head repeated ``heads // h`` times in place (repeat_interleave)."""
+    e = b.to_expr(t)
+    shape = b.shape(e)
+    if shape[-3] == heads:
+        return e
+    group = heads // shape[-3]
+    v = b.view(e, (slice(None),) * (len(shape) - 2) + (None, slice(None), slice(None)))
+    v = b.expand(v, shape[:-2] + (group,) + shape[-2:])
+    return b.reshape(v, shape[:-3] + (heads,) + shape[-2:])
 
 
 def _embedding(b, weight, indices, padding_idx=-1, **_):
