@@ -118,6 +118,13 @@ def _clone_then_update(s, x):
     return z * y
 
 
+def _filled(x):
+    y = x * 1.0
+    y[0].fill_(2.0)
+    y[1].zero_()
+    return y
+
+
 def _tied():
     a, b = nn.Linear(3, 3, bias=False), nn.Linear(3, 3)
     b.weight = a.weight              # one Parameter used twice: its gradient sums both uses
@@ -176,6 +183,9 @@ OPS = {
                          + F.cross_entropy(x, t, weight=torch.arange(1.0, 6.0, dtype=x.dtype), ignore_index=1)),
                       R(4, 5), torch.tensor([0, 1, 4, 2])),
     "cross_entropy_nd": (Fn(lambda s, x, t: F.cross_entropy(x, t)), R(2, 5, 3), torch.tensor([[0, 1, 4], [1, 1, 2]])),
+    "more_ops": (Fn(lambda s, x, y: x.min(1).values[:, None] * x + x.min() + F.smooth_l1_loss(x, y)
+                    + F.smooth_l1_loss(x, y, beta=0.5, reduction="sum") + F.huber_loss(x, y, delta=0.7)
+                    + _filled(x)), R(3, 4), R(3, 4, seed=1)),
     "cross_entropy_unbatched": (Fn(lambda s, x, t: F.cross_entropy(x, t)), R(5), torch.tensor(2)),
     "losses": (Fn(lambda s, x, t, y: F.nll_loss(F.log_softmax(x, 1), t) + F.mse_loss(x, y) + F.l1_loss(x, y)
                   + F.binary_cross_entropy_with_logits(x, torch.sigmoid(y))),

@@ -522,6 +522,31 @@ def _max(b, input, dim=None, keepdim=False, **_):
     return b.reduce("max", input) if dim is None else _max_dim(b, input, dim, keepdim)
 
 
+def _min(b, input, dim=None, keepdim=False, **_):
+    if dim is None:
+        return b.reduce("min", input)
+    values, index = _max_dim(b, b.read(-b.to_expr(input)), dim, keepdim)      # the first smallest
+    return -b.to_expr(values), index
+
+
+def _fill(b, input, value=0.0, **_):
+    x = b.to_expr(input)
+    return b.expand(b.cast(b.to_expr(value if hasattr(value, "shape") else np.asarray(value, dtype=x.dtype)),
+                           x.dtype), b.shape(x))
+
+
+def _smooth_l1(b, input, target, reduction=1, beta=1.0, **_):
+    d = b.read(op("abs", b.to_expr(input) - b.to_expr(target)))
+    loss = d if beta == 0 else op("where", op("less", d, beta), 0.5 * d * d / beta, d - 0.5 * beta)
+    return b._reduce_loss(loss, REDUCTIONS[reduction])
+
+
+def _huber(b, input, target, reduction=1, delta=1.0, **_):
+    d = b.read(op("abs", b.to_expr(input) - b.to_expr(target)))
+    return b._reduce_loss(op("where", op("less", d, delta), 0.5 * d * d, delta * (d - 0.5 * delta)),
+                          REDUCTIONS[reduction])
+
+
 def _mish(b, input, **_):
     x = b.read(input)
     return x * op("tanh", b.softplus(x))
@@ -559,7 +584,7 @@ HANDLERS = {
     "hardswish": _hardswish, "mish": _mish,
     # reductions
     "sum": _reduction("sum"), "mean": _reduction("mean"), "prod": _reduction("prod"), "amax": _amax("max"),
-    "amin": _amax("min"), "max": _max, "argmax": _argmax, "var": _var, "std": _std, "logsumexp": _logsumexp,
+    "amin": _amax("min"), "max": _max, "min": _min, "fill": _fill, "zero": _fill, "argmax": _argmax, "var": _var, "std": _std, "logsumexp": _logsumexp,
     "linalg_vector_norm": _vector_norm,
     # shapes and views
     "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _flatten, "unflatten": _unflatten,
@@ -588,7 +613,7 @@ HANDLERS = {
     # losses
     "cross_entropy_loss": _cross_entropy, "nll_loss": _nll_loss, "nll_loss_nd": _nll_loss,
     "nll_loss_forward": _nll_loss_forward, "mse_loss": _mse_loss, "l1_loss": _l1_loss,
-    "binary_cross_entropy_with_logits": _bce_logits,
+    "binary_cross_entropy_with_logits": _bce_logits, "smooth_l1_loss": _smooth_l1, "huber_loss": _huber,
     # checks that torch.export inserts
     "_assert_tensor_metadata": _no_op, "_assert_scalar": _no_op, "sym_constrain_range_for_size": _no_op,
     "_assert_async": _no_op,
