@@ -125,6 +125,16 @@ def _filled(x):
     return y
 
 
+def _index_put(s, x, i):
+    y = x * 2.0
+    y[x > 0.5] = 0.0                 # index_put_ with a mask
+    z = x * 1.0
+    z[i] = x[0] * 3.0                # with an index tensor
+    w = x * 1.0
+    w[i] += 1.5 * x[1]
+    return y * z + w
+
+
 def _tied():
     a, b = nn.Linear(3, 3, bias=False), nn.Linear(3, 3)
     b.weight = a.weight              # one Parameter used twice: its gradient sums both uses
@@ -186,6 +196,7 @@ OPS = {
     "more_ops": (Fn(lambda s, x, y: x.min(1).values[:, None] * x + x.min() + F.smooth_l1_loss(x, y)
                     + F.smooth_l1_loss(x, y, beta=0.5, reduction="sum") + F.huber_loss(x, y, delta=0.7)
                     + _filled(x)), R(3, 4), R(3, 4, seed=1)),
+    "index_put": (Fn(_index_put), R(4, 3), torch.tensor([2, 0, 1])),
     "cross_entropy_unbatched": (Fn(lambda s, x, t: F.cross_entropy(x, t)), R(5), torch.tensor(2)),
     "losses": (Fn(lambda s, x, t, y: F.nll_loss(F.log_softmax(x, 1), t) + F.mse_loss(x, y) + F.l1_loss(x, y)
                   + F.binary_cross_entropy_with_logits(x, torch.sigmoid(y))),

@@ -300,6 +300,20 @@ def _index(b, input, indices, **_):
     return indexing.getitem(b, b.whole(input), idx, b.loc)
 
 
+def _index_put(b, input, indices, values, accumulate=False, **_):
+    """``input`` with ``values`` written at ``indices`` (integer tensors or a mask; ``accumulate``:
+    added, repeated indices summing, as ``np.add.at``), a new tensor the in-place form writes back."""
+    from . import indexing
+    from .numpy_api import _add_at
+    y = b.materialize(b.to_expr(input), "put")
+    idx = tuple(slice(None) if i is None else b.whole(i, "idx") for i in indices)
+    if accumulate:
+        _add_at(b, b.loc, y, idx, values)
+    else:
+        indexing.setitem(b, y, idx, b.to_expr(values), b.loc)
+    return y
+
+
 def _index_select(b, input, dim, index, **_):
     return _index(b, input, [None] * (dim % len(b.shape(b.to_expr(input)))) + [index])
 
@@ -595,7 +609,7 @@ HANDLERS = {
     "broadcast_tensors": _broadcast_tensors, "contiguous": _identity, "clone": _identity, "alias": _identity,
     "detach": _method("stop_gradient"), "lift_fresh_copy": _identity, "_to_copy": _to_copy, "to": _to_copy,
     "type_as": lambda b, input, other, **_: b.cast(input, other.dtype), "index": _index,
-    "index_select": _index_select, "_local_scalar_dense": _item, "item": _item, "zeros_like": _like(0),
+    "index_select": _index_select, "index_put": _index_put, "_local_scalar_dense": _item, "item": _item, "zeros_like": _like(0),
     "ones_like": _like(1), "full_like": _like(None), "tril": _tri("tril"), "triu": _tri("triu"), "cumsum": _cumsum,
     "einsum": _einsum,
     # layers
