@@ -97,6 +97,15 @@ def test_exported_gemm_output_used_twice():
     check_onnx_against_torch(module, [torch.randn(3, 4)])
 
 
+class _TriangleOps(torch.nn.Module):
+    def forward(self, x):            # Trilu, CumSum, Atan and Mod nodes
+        return torch.triu(x, 1) * 2 + torch.tril(x, -1) + torch.cumsum(x, 1) + torch.atan(x) + torch.remainder(x, 0.7)
+
+
+def test_exported_triangles_cumulative_sums_and_remainders():
+    check_onnx_against_torch(_TriangleOps(), [torch.randn(4, 4)])
+
+
 def test_exported_embedding():
     # (ONNX has no padding_idx: an exported nn.Embedding(padding_idx=p) gives row p a gradient)
     module = torch.nn.Sequential(torch.nn.Embedding(7, 3), torch.nn.Tanh())

@@ -81,6 +81,26 @@ def _gemm(b, loc, ins, at):
     return y
 
 
+def _trilu(b, loc, ins, at):
+    x = b.read(ins[0])
+    k = _ints(_const(ins[1], "Trilu diagonal", loc))[0] if len(ins) > 1 and ins[1] is not None else 0
+    return b.call("triu" if at.get("upper", 1) else "tril", [x], b.shape(x), x.dtype, {"k": k})
+
+
+def _cumsum(b, loc, ins, at):
+    if at.get("exclusive", 0) or at.get("reverse", 0):
+        raise UnsupportedError(f"{loc}: unsupported CumSum with exclusive or reverse set")
+    x = b.read(ins[0])
+    axis = _ints(_const(ins[1], "CumSum axis", loc))[0] % len(x.shape)
+    return b.call("cumsum", [x], b.shape(x), x.dtype, {"axis": axis})
+
+
+def _mod(b, loc, ins, at):
+    if at.get("fmod", 0):
+        raise UnsupportedError(f"{loc}: unsupported Mod with fmod=1 (C's remainder): use fmod=0 (Python's)")
+    return op("mod", b.to_expr(ins[0]), b.to_expr(ins[1]))
+
+
 def _pads(at, nd, size=None, kernel=None, stride=None, dilation=None):
     auto = at.get("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -350,7 +370,8 @@ HANDLERS = {
     "Slice": _slice, "Gather": _gather, "GatherND": _gather_nd, "Expand": _expand, "ReduceSum": _reduce("sum"),
     "ReduceMean": _reduce("mean"), "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"),
     "ReduceProd": _reduce("prod"), "Einsum": _einsum, "SoftmaxCrossEntropyLoss": _ce_loss,
-    "NegativeLogLikelihoodLoss": _nll_loss,
+    "NegativeLogLikelihoodLoss": _nll_loss, "Trilu": _trilu, "CumSum": _cumsum, "Mod": _mod,
+    "Atan": _unary("arctan"),
 }
 _MULTI = {"Split"}      # handlers that need the number of outputs
 # Shape arithmetic: evaluated at capture time (shapes are fixed per call signature).
