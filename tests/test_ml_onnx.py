@@ -106,6 +106,18 @@ def test_exported_triangles_cumulative_sums_and_remainders():
     check_onnx_against_torch(_TriangleOps(), [torch.randn(4, 4)])
 
 
+class _SliceAssignments(torch.nn.Module):
+    def forward(self, x):            # exported as ScatterND and ScatterElements
+        y = x * 2.0
+        y[:, 1:3] = x[:, :2] * 3.0
+        y[0] += 1.0
+        return y * x
+
+
+def test_exported_slice_assignments():
+    check_onnx_against_torch(_SliceAssignments(), [torch.randn(3, 4)])
+
+
 def test_exported_embedding():
     # (ONNX has no padding_idx: an exported nn.Embedding(padding_idx=p) gives row p a gradient)
     module = torch.nn.Sequential(torch.nn.Embedding(7, 3), torch.nn.Tanh())

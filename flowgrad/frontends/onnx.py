@@ -101,6 +101,33 @@ def _mod(b, loc, ins, at):
     return op("mod", b.to_expr(ins[0]), b.to_expr(ins[1]))
 
 
+def _scatter_nd(b, loc, ins, at, elements=None):
+    """``data`` with ``updates`` written (``reduction="add"``: added) at the index tuples of the
+    last axis of ``indices``, a constant (as exporters write slice assignments); ``elements``:
+    ScatterElements along that axis instead (``np.put_along_axis``)."""
+    from . import indexing
+    from .numpy_api import _add_at
+    reduction = at.get("reduction", "none")
+    if isinstance(reduction, bytes):
+        reduction = reduction.decode()
+    if reduction not in ("none", "add"):
+        raise UnsupportedError(f"{loc}: unsupported ScatterND reduction {reduction!r}")
+    ind = np.asarray(_const(ins[1], f"{'ScatterND' if elements is None else 'ScatterElements'} indices", loc),
+                     dtype=np.int64)
+    if elements is None:
+        positions = [ind[..., j] for j in range(ind.shape[-1])]
+    else:                           # np.put_along_axis: the other axes index themselves
+        positions = list(np.indices(ind.shape))
+        positions[elements % ind.ndim] = ind
+    idx = tuple(b.const_array(np.ascontiguousarray(p)) for p in positions)
+    y = b.materialize(b.to_expr(ins[0]), "scattered")
+    if reduction == "add":
+        _add_at(b, loc, y, idx, ins[2])
+    else:
+        indexing.setitem(b, y, idx, b.to_expr(ins[2]), loc)
+    return y
+
+
 def _pads(at, nd, size=None, kernel=None, stride=None, dilation=None):
     auto = at.get("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -371,7 +398,8 @@ HANDLERS = {
     "ReduceMean": _reduce("mean"), "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"),
     "ReduceProd": _reduce("prod"), "Einsum": _einsum, "SoftmaxCrossEntropyLoss": _ce_loss,
     "NegativeLogLikelihoodLoss": _nll_loss, "Trilu": _trilu, "CumSum": _cumsum, "Mod": _mod,
-    "Atan": _unary("arctan"),
+    "Atan": _unary("arctan"), "ScatterND": _scatter_nd,
+    "ScatterElements": lambda b, loc, ins, at: _scatter_nd(b, loc, ins, at, elements=at.get("axis", 0)),
 }
 _MULTI = {"Split"}      # handlers that need the number of outputs
 # Shape arithmetic: evaluated at capture time (shapes are fixed per call signature).
