@@ -160,6 +160,21 @@ def views_not_written(x, A, n):
     return np.sum(a * np.arange(4.0)) + np.sum(r * r) + np.sum(p * x)
 
 
+def aliases_rebound_together(x, n):
+    y = x * 1.0
+    z = y
+    for i in range(n):
+        y = y + 1.0
+        z = y                        # z and y stay one array, whether the loop runs or not
+    z[0] = 5.0
+    A = x.reshape(2, 2)              # written in the loop; x is not read again
+    for i in range(n):
+        A[1:, :] += 0.5 * A[:-1, :]
+    return np.sum(y * y) + np.sum(A * A)
+
+
+case(aliases_rebound_together, lambda: (U((4,)), 2), tag="two")
+case(aliases_rebound_together, lambda: (U((4,)), 0), tag="none")
 case(views_not_written, lambda: (U((4,)), U((3, 4)), 3), tag="three")
 case(views_not_written, lambda: (U((4,)), U((3, 4)), 0), tag="none")
 case(branch_bound_views, lambda: (U((4,)), 1), tag="then")

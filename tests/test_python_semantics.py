@@ -58,12 +58,17 @@ def guarded_in_loop(x, k):
     return s
 
 
+def is_none(x, c):
+    return np.sum(x) if c is None else np.sum(x * c) + (c is not None)
+
+
 def int_powers(x, n, m):
     return x[0] * n ** -1 + x[1] * n ** m + x[2] * 10 ** m + np.sum(x) / 4294967296
 
 
 CASES = [
     (int_powers, (X, 4, 3)),
+    (is_none, (X, None)), (is_none, (X, 0.5)),
     (or_value, (X, 0, 0.0)), (or_value, (X, 2, 1.5)),
     (and_or_value, (X, 0)), (and_or_value, (X, 2)),
     (guarded_while, (X,)), (guarded_while, (X - 3.5,)),

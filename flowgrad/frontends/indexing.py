@@ -295,38 +295,42 @@ class StandIn:
     loop rebinds. ``what`` names it in errors, ``fix`` says what to write instead; ``depth``:
     the loops around where it was made."""
 
-    def __init__(self, source, what, where, depth, fix):
-        self.source, self.what, self.where, self.depth, self.fix = source, what, where, depth, fix
+    def __init__(self, sources, what, where, depth, fix):
+        self.sources, self.what, self.where, self.depth, self.fix = sources, what, where, depth, fix
 
 
 def stand_in(fe, copy, source, what, where, fix):
-    """Record ``copy`` as standing for memory of ``source`` (or of what that stands for)."""
+    """Record ``copy`` as standing for memory of ``source`` (or of what that stands for); a copy
+    standing for either of two arrays (``u if c else v``) is recorded for each."""
     stand_ins = getattr(fe, "stand_ins", None)
     if stand_ins is None:
         return
-    if source in stand_ins:
-        source = stand_ins[source].source
-    stand_ins[copy] = StandIn(source, what, where, fe.loop_depth(), fix)
+    sources = list(stand_ins[source].sources) if source in stand_ins else [source]
+    if copy in stand_ins:
+        stand_ins[copy].sources += [x for x in sources if x not in stand_ins[copy].sources]
+    else:
+        stand_ins[copy] = StandIn(sources, what, where, fe.loop_depth(), fix)
 
 
 def check_writable(fe, c, loc):
     """Keep stand-in copies (``StandIn``) from differing from NumPy's views unseen. A write into a
     stand-in or into its source makes the other side (the source and its other stand-ins, or
     the stand-ins) ``stale``: NumPy would show the write there, so reading them later is refused
-    (``check_fresh``). Inside a loop, where a later pass may read what an earlier one read
-    before the write, such a write is refused at once when the other side is still held."""
+    (``check_fresh``). Inside a loop, where a later pass reads again what the body read before
+    the write, such a write is refused at once when the body read the other side."""
     stand_ins = getattr(fe, "stand_ins", {})
     s = stand_ins.get(c)
-    if s is not None and held(fe, s.source):
-        others = [s.source] + [k for k, t in stand_ins.items() if t.source is s.source and k is not c]
-        _written(fe, s, loc, others, f"a write through {s.what} ({s.where}) at {loc}")
+    if s is not None and any(held(fe, x) for x in s.sources):
+        others = s.sources + [k for k, t in stand_ins.items() if k is not c and set(t.sources) & set(s.sources)]
+        _written(fe, s, loc, others, f"a write at {loc} through a copy standing for its memory")
     for copy, s in stand_ins.items():
-        if s.source is c and held(fe, copy):
-            _written(fe, s, loc, [copy], f"a write at {loc} into the array it shares memory with in NumPy")
+        if c in s.sources and held(fe, copy):
+            _written(fe, s, loc, [copy], f"a write at {loc} into the array whose memory it stands for")
 
 
 def _written(fe, s, loc, seen_by, what):
-    if fe.loop_depth() > s.depth:
+    read = set().union(*getattr(fe, "loop_reads", [])[s.depth:])   # in the loops made after the stand-in
+    if fe.loop_depth() > s.depth and read & set(seen_by):
         raise unsupported(loc, f"writing, in a loop, through memory that {s.what} ({s.where}, before the loop) "
                                "shares with another array in NumPy, while both are in use (a later read would "
                                "show the write in NumPy, not in flowgrad, which holds a copy)", s.fix)
@@ -334,13 +338,14 @@ def _written(fe, s, loc, seen_by, what):
         fe.stale[c] = (what, s)
 
 
-def check_fresh(fe, value, loc):
-    """Refuse reading an array that NumPy would have changed through a view flowgrad holds as a
-    copy (``check_writable``)."""
+def check_fresh(fe, name, value, loc):
+    """Refuse reading (through ``name``) an array that NumPy would have changed through a view
+    flowgrad holds as a copy (``check_writable``)."""
     if isinstance(value, Read) and value.ref.container in getattr(fe, "stale", {}):
         what, s = fe.stale[value.ref.container]
-        raise unsupported(loc, f"reading an array after {what}: in NumPy the two share memory and this "
-                               f"read shows the write; flowgrad holds {s.what} ({s.where}) as a copy", s.fix)
+        raise unsupported(loc, f"reading {name!r} after {what}: {s.what} ({s.where}) shares memory with "
+                               "another array in NumPy, so this read would show the write; flowgrad holds a copy",
+                          s.fix)
 
 
 def held(fe, c, but=None):

@@ -119,7 +119,7 @@ class LoopStatements:
     def keep_if_no_pass(self, frame, before, ran, loc):
         """After a loop: a name it rebinds without reading (``f = x * 2.0`` in the body) holds,
         where the loop made no pass (``ran`` false), the value it had before, as in Python."""
-        fixes, skipped = [], op("logical_not", ran)
+        fixes, joined, skipped = [], [], op("logical_not", ran)
         if const_value(skipped) is False:
             return
         for name, v0 in before.items():
@@ -133,12 +133,19 @@ class LoopStatements:
             if not all(same_expr(a, b) for a, b in zip(e0.shape, v1.shape)):
                 raise unsupported(loc, f"name {name!r} bound to arrays of different shapes depending on "
                                        "whether the loop runs", "give the variable the same shape on every path")
+            # names bound alike on both paths (``z = y`` before the loop and in it) stay one array
+            m = next((m for a, b, m in joined if isinstance(e0, Read) and same_ref(a.ref, e0.ref)
+                      and same_ref(b.ref, v1.ref)), None)
+            if m is not None:
+                frame.env[name] = Read(Ref(m))
+                continue
             if c.kind == "transient" and v1.ref.is_whole() and not indexing.held(self, c, name):
                 fixes.append(Assign(Ref(c), e0, loc=loc))
                 continue
             # a view or another name's array after the loop, ``v0`` if it made no pass: held in
             # a copy, which stands for the memory NumPy's name shares on either path
             m = self.container(name, v1.dtype, v1.shape)
+            joined.append((e0, v1, m))
             self.emit(If(skipped, [Assign(Ref(m), e0, loc=loc)], [Assign(Ref(m), v1, loc=loc)], loc=loc))
             frame.env[name] = Read(Ref(m))
             for e in (e0, v1):
@@ -231,6 +238,7 @@ class LoopStatements:
             frame.loops.append(ctx)
             outer_log = self.reads_log
             self.reads_log = (frame, {})
+            self.loop_reads.append(set())
             try:
                 def run():
                     setup()
@@ -241,6 +249,7 @@ class LoopStatements:
                 stmts, esc = self.collect(run)
             finally:
                 frame.loops.pop()
+                self.loop_reads.pop()
                 log = self.reads_log[1]
                 self.reads_log = outer_log
             if outer_log is not None and outer_log[0] is frame:
@@ -325,8 +334,14 @@ class LoopStatements:
             staged.append((v0, e1))
         for v0, e1 in staged:
             stmts.append(Assign(v0.ref, e1, loc=loc))
-        for name, v0, _ in carried:
+        for name, v0, e1 in carried:
             frame.env[name] = v0
+            if isinstance(e1, Read) and e1.ref.is_whole() and e1.ref.container is not v0.ref.container:
+                # another name bound to the new value (``z = y`` after ``y = y + 1.0``) is the same
+                # array as the carried name, which is now that value's storage
+                for other, w in list(frame.env.items()):
+                    if other not in carried_names and isinstance(w, Read) and w.ref.container is e1.ref.container:
+                        frame.env[other] = Read(Ref(v0.ref.container, w.ref.items, w.ref.perm))
         return []
 
     def emit_loop_prologue(self, ctx, loc):

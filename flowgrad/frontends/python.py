@@ -113,6 +113,7 @@ class Frontend(LoopStatements):
         self.global_reads = []   # (module dict or closure cell, name, value) the capture folded in
         self.depth = 0
         self.reads_log = None    # (frame, {name: binding}) while compiling a loop body
+        self.loop_reads = []     # per loop being captured: the containers names read in its body
 
     # ----------------------------------------------------------- containers and statements
 
@@ -603,7 +604,10 @@ class Frontend(LoopStatements):
             v = frame.env[name]
             if self.reads_log is not None and self.reads_log[0] is frame:
                 self.reads_log[1].setdefault(name, v)
-            indexing.check_fresh(self, v, frame.loc(node))
+            indexing.check_fresh(self, name, v, frame.loc(node))
+            if isinstance(v, Read):
+                for seen in self.loop_reads:
+                    seen.add(v.ref.container)
             return v
         if name in frame.globals:
             v = frame.globals[name]
@@ -714,9 +718,13 @@ class Frontend(LoopStatements):
             right = self.eval(right_node, frame)
             name = _CMPOPS.get(type(cop))
             if name is None:
-                if isinstance(cop, (ast.Is, ast.IsNot)) and not isinstance(left, Expr) \
-                        and not isinstance(right, Expr):
+                if isinstance(cop, (ast.Is, ast.IsNot)) and (not isinstance(left, Expr) and not isinstance(right, Expr)
+                                                         or left is None or right is None):
+                    # a value known only at run time is never None (that is part of the signature)
                     r = (left is right) if isinstance(cop, ast.Is) else (left is not right)
+                elif isinstance(cop, (ast.Is, ast.IsNot)):
+                    raise unsupported(loc, "identity comparison (is) of arrays or numbers known only at run "
+                                           "time", "compare values (==, np.array_equal), or test for None")
                 else:
                     raise unsupported(loc, f"comparison {type(cop).__name__}", "use <, <=, >, >=, ==, !=")
             elif isinstance(left, Expr) or isinstance(right, Expr):
@@ -749,8 +757,9 @@ class Frontend(LoopStatements):
     def choose(self, test, then, orelse, node, frame):
         """``then() if test else orelse()`` for a run-time scalar ``test``: each side's statements
         run only on its own path, under the facts its path knows (``i < n`` where it holds), as in
-        Python (``math.log(s) if s > 0 else 0.0`` takes no log of a negative ``s``). Two sides that
-        are values already (constants, reads that cannot raise) are picked by a ``where``."""
+        Python (``math.log(s) if s > 0 else 0.0`` takes no log of a negative ``s``). Two scalars that
+        are values already (constants, reads that cannot raise) are picked by a ``where``; a side
+        that is another array's memory makes the choice a copy standing for it (``StandIn``)."""
         loc = frame.loc(node)
         sides = []
         for what, fn, holds in (("then", then, True), ("else", orelse, False)):
@@ -762,11 +771,17 @@ class Frontend(LoopStatements):
                 for p, q in zip(a.shape, b.shape))):
             raise unsupported(loc, "a choice between arrays of different shapes (its shape would depend on "
                                    "the run-time test)", "give both sides the same shape")
-        if not s1 and not s2 and _picked(a) and _picked(b):
+        if not s1 and not s2 and _picked(a) and _picked(b) and not (a.shape or b.shape):
             return op("where", test, a, b)
-        m = self.container("pick", result_dtype([a, b], "same"), a.shape or b.shape)
+        m = self.container("pick", result_dtype([a, b], "same"), a.shape or b.shape,
+                           weak=is_weak(a) and is_weak(b))
         ref = Ref(m) if m.ndim else Ref(m, ())
         self.emit(If(test, s1 + [Assign(ref, a, loc=loc)], s2 + [Assign(ref, b, loc=loc)], loc))
+        for e in (a, b):
+            if isinstance(e, Read) and e.ref.container.ndim and indexing.held(self, e.ref.container):
+                # NumPy's value is that array itself (or a view of it) on this path
+                indexing.stand_in(self, m, e.ref.container, "a conditional expression's value, another "
+                                  "array's memory on one side", loc, "copy that side (np.copy(...))")
         return Read(ref)
 
     def truth(self, v, loc):
