@@ -129,3 +129,27 @@ def test_python_scalars_are_weak_in_promotion(s, n, backend):
     got = flowgrad.jit(scaled, backend=backend)(x, s, n)
     assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def numpy_scalar(x):
+    return x * np.float64(2.0)           # a NumPy scalar is strong: float64
+
+
+def python_floats(x, t):
+    return float(x[0]) * x + x * math.cos(t)   # Python floats are weak: float32 stays
+
+
+def widened_in_a_loop(x, n, t):
+    for i in range(n):
+        x = x * np.cos(t)                # float64 from the first pass on, as NumPy's name
+    return x
+
+
+@pytest.mark.parametrize("fn, args", [(numpy_scalar, ()), (python_floats, (0.3,)), (widened_in_a_loop, (2, 0.3))],
+                         ids=["numpy-scalar", "python-floats", "widened-in-a-loop"])
+def test_float32_promotion_follows_numpy(fn, args, backend):
+    import flowgrad
+    x = np.arange(1.0, 4.0, dtype=np.float32)
+    expected, got = fn(x.copy(), *args), flowgrad.jit(fn, backend=backend)(x, *args)
+    assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

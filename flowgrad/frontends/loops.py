@@ -16,7 +16,7 @@ import builtins
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import (BOOL, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads,
+from ..ir.core import (BOOL, CASTS, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads,
                        op, same_expr, same_ref, scalar, stmt_writes, walk)
 from . import indexing
 
@@ -264,7 +264,9 @@ class LoopStatements:
             frame.env, frame.owned = env0, owned0
             for name in fix:
                 v = frame.env[name]
-                frame.env[name] = self.materialize(v, name, frame.loc(node))
+                wider = self.widen.pop(name, None)
+                frame.env[name] = self.materialize(v if wider is None else op(wider.name, self.to_expr(v)), name,
+                                                   frame.loc(node))
                 if isinstance(v, Read) and v.ref.container.ndim and indexing.held(self, v.ref.container, name):
                     # NumPy's name shares that memory until the loop rebinds it
                     indexing.stand_in(self, frame.env[name].ref.container, v.ref.container,
@@ -291,6 +293,12 @@ class LoopStatements:
                     and v0.ref.container.kind in ("transient", "arg")):
                 return [name]
             e1 = self.to_expr(v1, loc)
+            wider = np.result_type(v0.dtype, e1.dtype)
+            if wider != v0.dtype and wider.name in CASTS:
+                # NumPy's name takes the wider dtype from its first new value on (x = x * np.cos(t)
+                # with x float32): its storage has that dtype from the start
+                self.widen[name] = wider
+                return [name]
             if len(e1.shape) != v0.ref.container.ndim or any(
                     const_value(a) is not None and const_value(b) is not None and const_value(a) != const_value(b)
                     for a, b in zip(e1.shape, v0.ref.container.shape)):

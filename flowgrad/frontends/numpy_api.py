@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, CASTS, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
-                       const_value, op, scalar)
+                       const_value, is_weak, op, scalar)
 from . import indexing
 
 # ---------------------------------------------------------------- elementwise
@@ -571,14 +571,25 @@ def _minmax(name, npname):
     return handler
 
 
-def _scalar_cast(kind):
+def _scalar_cast(kind, python):
+    """``float(x)``/``int(x)``/``bool(x)`` (``python``: a Python scalar, weak in promotion), or
+    ``np.float64(x)``/``np.int64(x)`` (a NumPy scalar, strong)."""
     def handler(fe, loc, x=0):
         if isinstance(x, Expr):
             if x.shape != ():
                 raise FlowgradError(f"{loc}: only size-1 arrays can be converted to a Python scalar")
-            return op(kind, x)
-        return {"float64": float, "int64": int, "bool": bool}[kind](x)
+            return _python_scalar(fe, op(kind, x), loc) if python else op(kind, x)
+        return {"float64": float, "int64": int, "bool": bool}[kind](x) if python else CASTS[kind](x)
     return handler
+
+
+def _python_scalar(fe, e, loc):
+    """Scalar ``e`` held as a Python scalar holds it: weak in promotion (NEP 50)."""
+    if not isinstance(e, Expr) or e.shape or is_weak(e) or not hasattr(fe, "frames"):
+        return e
+    c = fe.container("py", e.dtype, (), weak=True)
+    fe.emit(Assign(Ref(c, ()), e, loc=loc))
+    return Read(Ref(c, ()))
 
 
 def _abs(fe, loc, x):
@@ -619,9 +630,9 @@ _FUNCTIONS = {
     np.empty_like: _like_maker(None), np.zeros_like: _like_maker(None), np.ones_like: _like_maker(1),
     np.full: _full, np.full_like: _full_like, np.eye: _eye, np.identity: _eye,
     np.linalg.norm: _norm, np.linalg.solve: _solve, np.where: _where, np.clip: _clip,
-    np.arange: _arange, np.float64: _scalar_cast("float64"), np.int64: _scalar_cast("int64"),
+    np.arange: _arange, np.float64: _scalar_cast("float64", False), np.int64: _scalar_cast("int64", False),
     len: _len, max: _minmax("max", "max"), min: _minmax("min", "min"), abs: _abs,
-    float: _scalar_cast("float64"), int: _scalar_cast("int64"), bool: _scalar_cast("bool"),
+    float: _scalar_cast("float64", True), int: _scalar_cast("int64", True), bool: _scalar_cast("bool", True),
     math.pow: _pow, pow: _pow,
 }
 _ADD_AT = np.add.at
@@ -656,9 +667,9 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
         return _elementwise(fe, "log", args, loc)
     if fn in (math.floor, math.ceil):           # Python's are integers
         v = _elementwise(fe, _MATH[fn], args, loc)
-        return op("int64", v) if isinstance(v, Expr) else int(v)
-    if fn in _MATH:
-        return _elementwise(fe, _MATH[fn], args, loc)
+        return _python_scalar(fe, op("int64", v), loc) if isinstance(v, Expr) else int(v)
+    if fn in _MATH:                             # Python floats
+        return _python_scalar(fe, _elementwise(fe, _MATH[fn], args, loc), loc)
     if fn is range:
         raise unsupported(loc, "range() outside a for statement", "use np.arange for an array of integers")
     if fn is print:

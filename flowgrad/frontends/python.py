@@ -114,6 +114,7 @@ class Frontend(LoopStatements):
         self.depth = 0
         self.reads_log = None    # (frame, {name: binding}) while compiling a loop body
         self.loop_reads = []     # per loop being captured: the containers names read in its body
+        self.widen = {}          # loop-carried name -> the wider dtype its storage needs (``reconcile``)
 
     # ----------------------------------------------------------- containers and statements
 
