@@ -384,22 +384,21 @@ class LoopStatements:
         return self.container(hint, BOOL, ())
 
     def stmt_Break(self, node, frame):
-        if not frame.loops:
-            raise FlowgradError(f"{frame.loc(node)}: break outside a loop")
-        ctx = frame.loops[-1]
-        if ctx.brk is None:
-            ctx.brk = self.flag("brk")
-        self.emit(Assign(Ref(ctx.brk, ()), Const(True), loc=frame.loc(node)))
-        return Escape([ctx.brk], dead=True)
+        return self.jump(node, frame, "brk", "break")
 
     def stmt_Continue(self, node, frame):
+        return self.jump(node, frame, "cont", "continue")
+
+    def jump(self, node, frame, kind, word):
+        """``break``/``continue``: set the enclosing loop's flag; the rest of the block is dead."""
         if not frame.loops:
-            raise FlowgradError(f"{frame.loc(node)}: continue outside a loop")
+            raise FlowgradError(f"{frame.loc(node)}: {word} outside a loop")
         ctx = frame.loops[-1]
-        if ctx.cont is None:
-            ctx.cont = self.flag("cont")
-        self.emit(Assign(Ref(ctx.cont, ()), Const(True), loc=frame.loc(node)))
-        return Escape([ctx.cont], dead=True)
+        if getattr(ctx, kind) is None:
+            setattr(ctx, kind, self.flag(kind))
+        flag = getattr(ctx, kind)
+        self.emit(Assign(Ref(flag, ()), Const(True), loc=frame.loc(node)))
+        return Escape([flag], dead=True)
 
 
 def _breaks(stmts):

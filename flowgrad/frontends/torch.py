@@ -777,9 +777,9 @@ class _Converter:
             if name not in declared:       # a parameter the forward pass never reads: its gradient is zero
                 v = self.prog._param_value(name)
                 b.arg("unused_" + name, v.dtype, v.shape, ("param", name), key="param:" + name)
-        mutated = self._mutated()
-        self.order = {n: k for k, n in enumerate(ep.graph.nodes)}
         self.last_write = self._last_writes()
+        mutated = set(self.last_write)          # nodes whose memory an in-place op writes
+        self.order = {n: k for k, n in enumerate(ep.graph.nodes)}
         result = None
         for node in ep.graph.nodes:
             if node.op == "call_function":
@@ -805,22 +805,6 @@ class _Converter:
         if isinstance(result, np.ndarray):
             result = b.materialize(b.to_expr(result), "result")
         return b, result
-
-    def _mutated(self):
-        """Nodes whose memory an in-place op writes (through any chain of views)."""
-        import torch.fx
-        out = set()
-        for node in self.ep.graph.nodes:
-            if node.op == "call_function" and _is_inplace(node.target):
-                t = node.args[0]
-                while isinstance(t, torch.fx.Node) and t not in out:
-                    out.add(t)
-                    name = getattr(t.target, "_opname", None)
-                    if t.op != "call_function" or (name not in _VIEWS and not _is_inplace(t.target)) or \
-                            name in _COPIES:
-                        break
-                    t = t.args[0]
-        return out
 
     def _last_writes(self):
         """Node -> position of the last in-place op writing its memory (through views)."""
