@@ -183,3 +183,24 @@ def test_a_value_restored_through_a_transposed_view(backend):
     args = (np.arange(4.0).reshape(2, 2) * 0.1,)
     check_forward(writes_through_a_transpose, args, backend=backend)
     check_grad(writes_through_a_transpose, args, 0, backend=backend)
+
+
+def gather_of_a_fresh_array(x, idx):
+    t = x[1:7] * 2.0                 # written element by element ...
+    u = t[idx]                       # ... and gathered at other positions: two passes, not one
+    return np.sum(u * np.arange(6.0)) + np.sum(t[idx] * u)
+
+
+def gather_into_its_source(x, idx):
+    t = x[:6] * 2.0
+    t[:] = t[idx]                    # NumPy gathers every element before writing any
+    return t
+
+
+def test_a_gather_reads_its_source_after_the_source_is_written(backend):
+    # the native backend fused the copy and the gather into one loop, which read elements of
+    # ``t`` not yet written (a silent wrong result)
+    x, idx = np.linspace(0.5, 2.0, 10), np.array([5, 0, 3, 1, 2, 4])
+    check_forward(gather_of_a_fresh_array, (x, idx), backend=backend)
+    check_grad(gather_of_a_fresh_array, (x, idx), backend=backend)
+    check_forward(gather_into_its_source, (x, idx), backend=backend)

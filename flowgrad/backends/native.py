@@ -22,8 +22,8 @@ from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, 
 from ..ir.printer import expr_text
 from .native_calls import (CALL_LOWERING, _scalar_type, lower_product_sum, new_array, reduction_start, row_reduction,
                            whole_reduction)
-from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _product_sums,
-                          _reads, _reads_ahead, _tape_views, _view)
+from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _placed_reads, _product_sums,
+                          _reads, _reads_ahead, _reads_off, _tape_views, _view)
 from .native_kernel import Kernel, available, cache_dir, compile_source  # noqa: F401 (the backend's interface)
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
@@ -349,9 +349,9 @@ class Lowering:
             if dst is None:           # a push, or a reduction: it writes none of the views
                 continue
             for other, e in pairs:
-                reads = list(_reads(e)) + [r for ie in (other.index_exprs() if other is not None else ())
-                                           for r in iter_reads(ie)]
-                if any(r.ref.container is dst.container and not same_ref(r.ref, dst) for r in reads):
+                index_reads = [r for ie in (other.index_exprs() if other is not None else ()) for r in iter_reads(ie)]
+                if (e is not None and _reads_off(e, dst)) or any(
+                        r.ref.container is dst.container and not same_ref(r.ref, dst) for r in index_reads):
                     return False
                 if other is not None and other is not dst and other.container is dst.container and \
                         not same_ref(other, dst):
@@ -512,8 +512,7 @@ class Lowering:
                         return False
                     continue
                 dst, _, _ = _element_parts(g)
-                if dst is not None and any(r.ref.container is dst.container and not same_ref(r.ref, dst)
-                                           for r in iter_reads(x)):
+                if dst is not None and _reads_off(x, dst):
                     return False
             return True
         if not self.fusable(s):
@@ -526,8 +525,7 @@ class Lowering:
             if isinstance(g, Call):   # its value exists after the nest: ``s`` must not need it, and
                 # ``s`` may write what it reads only at the element it reads (which it reads first)
                 if any(r.ref.container is g.outputs[0] for r in stmt_reads(s)) or dst is not None and \
-                        any(r.ref.container is dst.container and not same_ref(r.ref, dst)
-                            for r in iter_reads(g.inputs[0])):
+                        _reads_off(g.inputs[0], dst):
                     return False
                 continue
             if isinstance(g, (Push, Pop)) and isinstance(s, (Push, Pop)) and g.tape is s.tape:
@@ -543,9 +541,8 @@ class Lowering:
             for (later, later_expr), earlier in (((dst, expr), g_dst), ((g_dst, g_expr), dst)):
                 if earlier is None:
                     continue
-                for r in _reads(later_expr):
-                    if r.ref.container is earlier.container and not same_ref(r.ref, earlier):
-                        return False
+                if later_expr is not None and _reads_off(later_expr, earlier):
+                    return False
                 for ie in later.index_exprs() if later is not None else ():
                     if any(r.ref.container is earlier.container for r in iter_reads(ie)):
                         return False
@@ -825,9 +822,9 @@ class Lowering:
         dst = s.dst
         if not dst.shape:
             return False      # one element: the right side is computed before the store
-        for r in iter_reads(s.expr):
+        for r, placed in _placed_reads(s.expr):
             if r.ref.container is dst.container and dst.container.ndim:
-                if not (same_ref(r.ref, dst) and len(r.ref.shape) == len(dst.shape)) and \
+                if not placed or not (same_ref(r.ref, dst) and len(r.ref.shape) == len(dst.shape)) and \
                         not _reads_ahead(dst, r.ref):
                     return True
         return False

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..ir.core import (DISJOINT, F64, Assign, Call, Pop, Push, Read, Slice, child_blocks, const_value, iter_reads,
-                       reads_besides_sum, stmt_reads, stmt_writes, view_offsets, walk)
+from ..ir.core import (DISJOINT, F64, Assign, Call, Op, Pop, Push, Read, Slice, Take, child_blocks, const_value,
+                       iter_reads, reads_besides_sum, same_ref, stmt_reads, stmt_writes, view_offsets, walk)
 
 
 def _view(s):
@@ -34,6 +34,30 @@ def _arrays(s):
 
 def _reads(e):
     return iter_reads(e) if e is not None else ()
+
+
+def _placed_reads(e):
+    """``(read, placed)`` for every read in ``e``: ``placed`` when the element it loads is the one
+    at the nest's position within its view, not where a gather (``Take``) sends it, whose
+    source is read at positions taken from index arrays."""
+    if isinstance(e, Take):
+        yield Read(e.source), False
+        for a in e.index:
+            yield from _placed_reads(a)
+    elif isinstance(e, Read):
+        yield e, True
+        for ie in e.ref.index_exprs():
+            yield from ((r, True) for r in iter_reads(ie))
+    elif isinstance(e, Op):
+        for a in e.args:
+            yield from _placed_reads(a)
+
+
+def _reads_off(e, view):
+    """Whether ``e`` reads the container of ``view`` at another element than the one a nest over
+    ``view`` is at: through another view of it, or through a gather."""
+    return any(r.ref.container is view.container and not (placed and same_ref(r.ref, view))
+               for r, placed in _placed_reads(e))
 
 
 def _tape_views(body):
