@@ -668,7 +668,7 @@ class NNBuilder:
         self.body.append(stmt)
         return stmt
 
-    def alloc(self, hint, dtype, shape, loc=None):
+    def alloc(self, hint, dtype, shape, loc=None, covered=False):
         c = self.container(hint, dtype, shape)
         self.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), Const(0, c.dtype), loc=loc))
         return c
@@ -810,6 +810,16 @@ class NNBuilder:
         if axes is not None:
             axes = tuple(sorted({int(a) % max(len(e.shape), 1) for a in axes}))
         return numpy_api.reduce(self, name, e, axes, keepdims, self.loc)
+
+    def logsumexp(self, value, axes=None, keepdims=False):
+        """``log(sum(exp(x)))`` over ``axes`` (None: all), shifted by the maximum, which the
+        gradient treats as a constant (it cancels)."""
+        x = self.read(value)
+        red = tuple(range(len(x.shape))) if axes is None else tuple(sorted({int(a) % len(x.shape) for a in axes}))
+        shift = self.call("max_const", [x], tuple(1 if k in red else d for k, d in enumerate(self.shape(x))),
+                          x.dtype, {"axis": red, "keepdims": True})
+        out = op("log", self.reduce("sum", op("exp", x - shift), red, True)) + shift
+        return out if keepdims else self.squeeze(self.read(out), red)
 
     def matmul(self, a, b):
         return numpy_api.matmul(self, self.read(a), self.read(b), self.loc)

@@ -118,6 +118,34 @@ def test_exported_slice_assignments():
     check_onnx_against_torch(_SliceAssignments(), [torch.randn(3, 4)])
 
 
+class _PadsGathersAndReductions(torch.nn.Module):
+    def forward(self, x, i):         # Pad (four modes), GatherElements, ReduceLogSumExp, ReduceL1, Asinh, ...
+        F = torch.nn.functional
+        p = (F.pad(x, (1, 2), value=0.5)[..., 1:-2] * F.pad(x, (2, 1), mode="reflect")[..., :5]
+             + F.pad(x, (1, 1), mode="replicate")[..., :-2] * F.pad(x, (2, 2), mode="circular")[..., :-4])
+        g = torch.gather(x, 2, i) * 2.0
+        r = torch.logsumexp(x, 2, keepdim=True) + x.abs().sum(2, keepdim=True) + torch.linalg.vector_norm(x, 1, 2, True)
+        e = torch.asinh(x) + torch.sinh(x) * torch.cosh(x) + torch.atanh(x * 0.3) + torch.tan(x * 0.3)
+        return p + g + r + e
+
+
+def test_exported_pads_gathers_and_reductions():
+    x = torch.randn(2, 3, 5)
+    i = torch.randint(0, 5, (2, 3, 5), generator=torch.Generator().manual_seed(0))
+    check_onnx_against_torch(_PadsGathersAndReductions(), [x, i])
+
+
+def test_pad_modes_match_numpy():
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    for mode in ("constant", "edge", "reflect", "wrap"):
+        model = _model([helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)],
+                       [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+                       {"pads": np.array([1, 2, 2, 1], np.int64), "value": np.array(0.25)}, opset=18)
+        kw = {"constant_values": 0.25} if mode == "constant" else {}
+        np.testing.assert_array_equal(flowgrad.from_onnx(model)(x), np.pad(x, ((1, 2), (2, 1)), mode=mode, **kw))
+
+
 def test_exported_embedding():
     # (ONNX has no padding_idx: an exported nn.Embedding(padding_idx=p) gives row p a gradient)
     module = torch.nn.Sequential(torch.nn.Embedding(7, 3), torch.nn.Tanh())

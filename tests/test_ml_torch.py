@@ -214,6 +214,13 @@ OPS = {
     "clone_then_update": (Fn(_clone_then_update), R(2, 3)),
     "scalar_output": (Fn(lambda s, x: (x * x).sum()), R(3)),
     "expand": (Fn(lambda s, x: x[:, None, :].expand(3, 2, 4) * x.unsqueeze(1)), R(3, 4)),
+    "expand_as": (Fn(lambda s, x, y: x[:, :1].expand_as(y) * y + y.sum(0).expand_as(y)), R(3, 4), R(3, 4, seed=1)),
+    "gather": (Fn(lambda s, x, i: torch.gather(x, 1, i) * 2 + x.gather(0, i[:2, :3].clamp(max=2)).sum()),
+               R(3, 4), torch.tensor([[0, 3, 3, 1], [2, 2, 0, 1], [1, 0, 3, 3]])),
+    "inverse_hyperbolic": (Fn(lambda s, x, y: torch.asinh(x) + torch.acosh(y.abs() + 1.5) + torch.atanh(x * 0.3)
+                              + torch.exp2(x) + torch.logaddexp(x, y) + torch.atan2(x, y) + torch.hypot(x, y)
+                              + torch.sinh(x) * torch.cosh(y) + torch.atan(x) + torch.asin(x * 0.3)
+                              + torch.acos(y * 0.3)), R(3, 4), R(3, 4, seed=1)),
 }
 
 

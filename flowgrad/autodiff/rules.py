@@ -57,6 +57,13 @@ PARTIALS = {
     "sinh": lambda g, out, a: (g * op("cosh", a),),
     "cosh": lambda g, out, a: (g * op("sinh", a),),
     "tanh": lambda g, out, a: (g * (1.0 - _sq(out)),),
+    "arcsinh": lambda g, out, a: (g / op("sqrt", _sq(a) + 1.0),),
+    "arccosh": lambda g, out, a: (g / op("sqrt", (a - 1.0) * (a + 1.0)),),
+    "arctanh": lambda g, out, a: (g / (1.0 - _sq(a)),),
+    "exp2": lambda g, out, a: (g * out * float(np.log(2.0)),),
+    "cbrt": lambda g, out, a: (g / (3.0 * _sq(out)),),
+    # out >= max(a, b), so neither exponential overflows
+    "logaddexp": lambda g, out, a, b: (g * op("exp", a - out), g * op("exp", b - out)),
     "where": lambda g, out, c, a, b: (None, op("where", c, g, 0.0), op("where", c, 0.0, g)),
     "float64": lambda g, out, a: (g,),
     "float32": lambda g, out, a: (g,),
@@ -326,6 +333,12 @@ CALLS = {
     "min": CallRule(_red("min"), _vjp_extreme, doc="minimum over axes"),
     "argmax": CallRule(lambda i, a: f"np.argmax({i[0]}, axis={a['axis']!r})", doc="index of maximum"),
     "argmin": CallRule(lambda i, a: f"np.argmin({i[0]}, axis={a['axis']!r})", doc="index of minimum"),
+    "argsort": CallRule(lambda i, a: f"np.argsort({i[0]}, axis=-1, kind='stable')",
+                        flops=lambda call, size: 20 * size(call.outputs[0].shape),
+                        doc="positions that sort the last axis (stable); sorts are gathers by them"),
+    "searchsorted": CallRule(lambda i, a: f"np.searchsorted({i[0]}, {i[1]}, side={a['side']!r})",
+                             flops=lambda call, size: 20 * size(call.outputs[0].shape),
+                             doc="insertion positions of values into a sorted vector"),
     "matmul": CallRule(lambda i, a: f"np.matmul({i[0]}, {i[1]})", _vjp_matmul,
                        # a vector on the right (``A @ x``, ``u @ v``) makes no output column
                        flops=lambda c, size: 2 * size(c.inputs[0].shape) *

@@ -433,6 +433,17 @@ def _lower_einsum_vjp(low, s, ind):
     _einsum_loops(low, full, ops + [g], body, ind)
 
 
+def _lower_argsort(low, s, ind):
+    c = _out(low, s, ind)
+    low.line(f"_rt.argsort_last({low.view_src(s.inputs[0].ref)}, {c.name})", ind)
+
+
+def _lower_searchsorted(low, s, ind):
+    c = _out(low, s, ind)
+    a, v = (low.view_src(e.ref) for e in s.inputs)
+    low.line(f"_rt.searchsorted_into({a}, {v}, {c.name}, {s.attrs['side'] == 'right'})", ind)
+
+
 def _lower_eye(low, s, ind):
     c = _out(low, s, ind)
     names, inner = low.nest(c.shape, ind)
@@ -658,6 +669,7 @@ CALL_LOWERING = {
     "matmul_tn_flat": _lower_matmul_tn_flat, "lu_factor": _lower_lu_factor, "lu_solve": _lower_lu_solve,
     "reshape": _lower_reshape, "cumsum": _lower_cumsum, "triu": _lower_tri, "tril": _lower_tri,
     "einsum": _lower_einsum, "einsum_vjp": _lower_einsum_vjp, "eye": _lower_eye, "arange": _lower_arange,
+    "argsort": _lower_argsort, "searchsorted": _lower_searchsorted,
     "gather": _lower_gather, "gather_last": _lower_gather_last, "add_at": _lower_add_at,
     "scatter": _lower_scatter, "mask_gather": _lower_mask("gather"), "mask_scatter": _lower_mask("scatter"),
     "mask_add": _lower_mask("add"), "sum_to": _lower_sum_to,

@@ -100,6 +100,27 @@ def fitted(buf, shape, zeros):
 
 
 @_jit
+def argsort_last(x, out):
+    """``np.argsort(x, axis=-1, kind="stable")`` into ``out`` (C order), row by row."""
+    n = x.shape[-1]
+    if x.size == 0:
+        return
+    rows = np.ascontiguousarray(x).reshape(-1, n)
+    flat = out.reshape(-1, n)
+    for r in range(rows.shape[0]):
+        flat[r] = np.argsort(rows[r], kind="mergesort")
+
+
+@_jit
+def searchsorted_into(a, v, out, right):
+    """``np.searchsorted(a, v, side)`` into ``out`` (C order, v's shape, at least 1-D)."""
+    values = np.ascontiguousarray(v).reshape(-1)
+    flat = out.reshape(-1)
+    for k in range(values.size):
+        flat[k] = np.searchsorted(a, values[k], side="right") if right else np.searchsorted(a, values[k])
+
+
+@_jit
 def room(buf, need):
     """``buf`` when it holds ``need`` elements, else a larger tape buffer holding its contents (the
     capacity at least doubles). Called unconditionally, ``t = room(t, n)``: with the check in the

@@ -20,7 +20,8 @@ _UFUNCS = {
     np.exp: "exp", np.expm1: "expm1", np.log: "log", np.log1p: "log1p", np.log2: "log2",
     np.log10: "log10", np.sqrt: "sqrt", np.sin: "sin", np.cos: "cos", np.tan: "tan",
     np.arcsin: "arcsin", np.arccos: "arccos", np.arctan: "arctan", np.sinh: "sinh",
-    np.cosh: "cosh", np.tanh: "tanh", np.abs: "abs", np.sign: "sign", np.floor: "floor",
+    np.cosh: "cosh", np.tanh: "tanh", np.arcsinh: "arcsinh", np.arccosh: "arccosh",
+    np.arctanh: "arctanh", np.exp2: "exp2", np.cbrt: "cbrt", np.logaddexp: "logaddexp", np.fabs: "abs", np.abs: "abs", np.sign: "sign", np.floor: "floor",
     np.ceil: "ceil", np.square: "square", np.negative: "negative", np.logical_not: "logical_not",
     np.isnan: "isnan", np.isfinite: "isfinite", np.round: "round", np.rint: "round",
     np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
@@ -35,6 +36,7 @@ _MATH = {
     math.cos: "cos", math.tan: "tan", math.asin: "arcsin", math.acos: "arccos", math.atan: "arctan",
     math.sinh: "sinh", math.cosh: "cosh", math.tanh: "tanh", math.fabs: "abs", math.atan2: "arctan2",
     math.hypot: "hypot", math.floor: "floor", math.ceil: "ceil", math.log2: "log2", math.log10: "log10",
+    math.asinh: "arcsinh", math.acosh: "arccosh", math.atanh: "arctanh", math.cbrt: "cbrt", math.exp2: "exp2",
 }
 
 
@@ -215,11 +217,30 @@ def _solve(fe, loc, a, b):
 
 
 def _norm(fe, loc, x, ord=None, axis=None, keepdims=False):
-    if ord not in (None, 2, "fro") or (ord == 2 and axis is None and len(fe.to_expr(x, loc).shape) > 1):
-        raise unsupported(loc, f"np.linalg.norm with ord={ord!r}",
-                          "use the default (Frobenius / Euclidean) norm or write the formula")
+    """np.linalg.norm: vector norms of any order; matrix norms 'fro', 1, -1, inf and -inf."""
     e = fe.to_expr(x, loc)
-    return op("sqrt", reduce(fe, "sum", op("multiply", e, e), axis, keepdims, loc))
+    matrix = (axis is None and len(e.shape) == 2) or (isinstance(axis, tuple) and len(axis) == 2)
+    if axis is None and len(e.shape) > 2 and ord is not None:
+        raise FlowgradError(f"{loc}: Improper number of dimensions to norm.")
+    if ord is None or (matrix and ord == "fro") or (not matrix and ord == 2):
+        return op("sqrt", reduce(fe, "sum", op("multiply", e, e), axis, keepdims, loc))
+    mag = op("abs", e)
+    if matrix and ord in (1, -1, np.inf, -np.inf):
+        rows, cols = axis if axis is not None else (0, 1)
+        along = rows if ord in (1, -1) else cols            # 1: the largest column sum
+        sums = reduce(fe, "sum", mag, along, True, loc)
+        return reduce(fe, "max" if ord > 0 else "min", sums, axis, keepdims, loc)
+    if matrix or isinstance(ord, str):
+        raise unsupported(loc, f"np.linalg.norm with ord={ord!r}",
+                          "use ord None, 'fro', 1, -1, inf or -inf for matrices, or write the formula")
+    if ord in (np.inf, -np.inf):
+        return reduce(fe, "max" if ord > 0 else "min", mag, axis, keepdims, loc)
+    if ord == 0:
+        return op("float64", reduce(fe, "sum", op("int64", op("not_equal", e, 0)), axis, keepdims, loc))
+    if ord == 1:
+        return reduce(fe, "sum", mag, axis, keepdims, loc)
+    p = float(ord)
+    return op("power", reduce(fe, "sum", op("power", mag, p), axis, keepdims, loc), 1.0 / p)
 
 
 # ---------------------------------------------------------------- shapes and construction
@@ -710,6 +731,8 @@ def get_attribute(fe, obj, attr, loc):
         if attr in _METHODS:
             return _BoundMethod(obj, attr)
         raise unsupported(loc, f"array attribute .{attr}", "use NumPy functions on the array")
+    if isinstance(obj, np.ndarray) and attr in _METHODS:      # a method of a module-level array
+        return _BoundMethod(fe.to_expr(obj, loc), attr)
     try:
         value = getattr(obj, attr)
     except AttributeError:
@@ -754,5 +777,10 @@ def call_method(fe, obj, name, args, kwargs, loc):
         raise unsupported(loc, f"array method .{name}()", "use the NumPy function form")
     return handler(fe, loc, obj, *args, **kwargs)
 
+
+from .numpy_composites import FUNCTIONS as _COMPOSITES, METHODS as _COMPOSITE_METHODS  # noqa: E402
+
+_FUNCTIONS.update(_COMPOSITES)
+_METHODS.update(_COMPOSITE_METHODS)
 
 __all__ = ["call_function", "call_method", "get_attribute", "stack_values", "scalar"]

@@ -290,6 +290,56 @@ def _split(b, loc, ins, at, nout):
     return out
 
 
+def _pad(b, loc, ins, at):
+    """Pad: the NumPy frontend's np.pad (constant, edge, reflect, wrap), widths given per axis."""
+    from .numpy_composites import _pad as pad
+    x = b.to_expr(ins[0])
+    n = len(x.shape)
+    pads = _ints(_const(ins[1], "Pad pads", loc)) if len(ins) > 1 else _ints(at.get("pads", []))
+    axes = list(range(n)) if len(ins) < 4 or ins[3] is None else \
+        [a % n for a in _ints(_const(ins[3], "Pad axes", loc))]
+    widths = [(0, 0)] * n
+    for k, a in enumerate(axes):
+        widths[a] = (pads[k], pads[k + len(axes)])
+    if any(w < 0 for pair in widths for w in pair):
+        raise UnsupportedError(f"{loc}: unsupported Pad with negative pads (a crop); slice the input instead")
+    value = ins[2] if len(ins) > 2 and ins[2] is not None else at.get("value", 0.0)
+    if isinstance(value, np.ndarray):
+        value = value.reshape(()).item() if value.size == 1 else value
+    return pad(b, loc, x, widths, mode=at.get("mode", "constant"), constant_values=value)
+
+
+def _gather_elements(b, loc, ins, at):
+    from .numpy_composites import gather_along
+    x, idx = b.to_expr(ins[0]), b.to_expr(ins[1])
+    return gather_along(b, loc, b.whole(x), idx, at.get("axis", 0), b.shape(idx))
+
+
+def _reduce_with(name, before=None, after=None):
+    """ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum: ``after(sum(before(x)))``."""
+    def handler(b, loc, ins, at):
+        x = b.to_expr(ins[0])
+        out = _reduce(name)(b, loc, [before(x) if before else x] + list(ins[1:]), at)
+        return after(out) if after else out
+    return handler
+
+
+def _reduce_log_sum_exp(b, loc, ins, at):
+    axes = _axes(ins, at)
+    if not axes and at.get("noop_with_empty_axes", 0):
+        return b.to_expr(ins[0])
+    return b.logsumexp(ins[0], axes or None, bool(at.get("keepdims", 1)))
+
+
+def _is_inf(b, loc, ins, at):
+    x = b.to_expr(ins[0])
+    pos = op("equal", x, np.inf) if at.get("detect_positive", 1) else None
+    neg = op("equal", x, -np.inf) if at.get("detect_negative", 1) else None
+    if pos is None or neg is None:
+        return pos if neg is None else neg
+    return op("logical_or", pos, neg)
+
+
 def _expand(b, loc, ins, at):
     x = b.to_expr(ins[0])
     shape = _ints(_const(ins[1], "shape", loc))
@@ -398,7 +448,15 @@ HANDLERS = {
     "ReduceMean": _reduce("mean"), "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"),
     "ReduceProd": _reduce("prod"), "Einsum": _einsum, "SoftmaxCrossEntropyLoss": _ce_loss,
     "NegativeLogLikelihoodLoss": _nll_loss, "Trilu": _trilu, "CumSum": _cumsum, "Mod": _mod,
-    "Atan": _unary("arctan"), "ScatterND": _scatter_nd,
+    "Atan": _unary("arctan"), "Asin": _unary("arcsin"), "Acos": _unary("arccos"), "Tan": _unary("tan"),
+    "Sinh": _unary("sinh"), "Cosh": _unary("cosh"), "Asinh": _unary("arcsinh"), "Acosh": _unary("arccosh"),
+    "Atanh": _unary("arctanh"), "IsNaN": _unary("isnan"), "IsInf": _is_inf, "Xor": _binary("not_equal"),
+    "Softsign": lambda b, loc, ins, at: b.to_expr(ins[0]) / (1.0 + op("abs", b.to_expr(ins[0]))),
+    "Pad": _pad, "GatherElements": _gather_elements, "ReduceLogSumExp": _reduce_log_sum_exp,
+    "ReduceL1": _reduce_with("sum", lambda x: op("abs", x)),
+    "ReduceL2": _reduce_with("sum", lambda x: x * x, lambda s: op("sqrt", s)),
+    "ReduceSumSquare": _reduce_with("sum", lambda x: x * x),
+    "ReduceLogSum": _reduce_with("sum", after=lambda s: op("log", s)), "ScatterND": _scatter_nd,
     "ScatterElements": lambda b, loc, ins, at: _scatter_nd(b, loc, ins, at, elements=at.get("axis", 0)),
 }
 _MULTI = {"Split"}      # handlers that need the number of outputs

@@ -675,6 +675,11 @@ class Frontend(LoopStatements):
                 return _PY_BINOPS[opname](a, b)
             return _PY_BINOPS[opname](a, b)
         ea, eb = self.to_expr(a, loc), self.to_expr(b, loc)
+        if opname in _BOOL_BITWISE:
+            if ea.dtype != BOOL or eb.dtype != BOOL:
+                raise unsupported(loc, f"{opname.replace('_', ' ')} of {ea.dtype} and {eb.dtype} values",
+                                  "flowgrad's &, | and ^ combine boolean masks; compare first ((x > 0) & (y < 1))")
+            return op(_BOOL_BITWISE[opname], ea, eb)
         if opname == "power" and isinstance(eb, Const) and eb.value == 2 and not ea.dtype.kind == "b":
             return op("multiply", ea, ea) if isinstance(ea, Read) else op("square", ea)
         int_power = opname == "power" and ea.shape == () == eb.shape and ea.dtype.kind in "iu" \
@@ -698,7 +703,12 @@ class Frontend(LoopStatements):
             return -v if not isinstance(v, Expr) else op("negative", v)
         if isinstance(node.op, ast.UAdd):
             return v
-        raise unsupported(frame.loc(node), "bitwise invert", "use np.logical_not")
+        if not isinstance(v, Expr):
+            return ~v
+        if v.dtype != BOOL:
+            raise unsupported(frame.loc(node), f"bitwise invert of {v.dtype} values",
+                              "~ inverts boolean masks; use np.logical_not or -x - 1")
+        return op("logical_not", v)
 
     def expr_Compare(self, node, frame):
         """``a < b < c`` is ``a < b and b < c`` with ``b`` evaluated once: each further
@@ -964,7 +974,10 @@ def _reads_deep(e):
 
 
 _BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
-           ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power"}
+           ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power",
+           ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor"}
+# ``&``, ``|``, ``^`` of boolean arrays (masks) are their logical operations
+_BOOL_BITWISE = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "not_equal"}
 _CMPOPS = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
            ast.Eq: "equal", ast.NotEq: "not_equal"}
 _PY_BINOPS = {
@@ -973,6 +986,7 @@ _PY_BINOPS = {
     "power": lambda a, b: a ** b, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
     "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
     "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
+    "bitwise_and": lambda a, b: a & b, "bitwise_or": lambda a, b: a | b, "bitwise_xor": lambda a, b: a ^ b,
 }
 
 

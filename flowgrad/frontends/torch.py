@@ -162,20 +162,22 @@ def _std(b, **kw):
 
 
 def _logsumexp(b, input, dim, keepdim=False, **_):
-    x = b.read(input)
-    axes = _ints(dim)
-    shift = b.call("max_const", [x], tuple(1 if k in [a % len(x.shape) for a in axes] else d
-                                           for k, d in enumerate(b.shape(x))), x.dtype,
-                   {"axis": tuple(sorted(a % len(x.shape) for a in axes)), "keepdims": True})
-    out = op("log", b.reduce("sum", op("exp", x - shift), axes, True)) + shift
-    return out if keepdim else b.squeeze(b.read(out), axes)
+    return b.logsumexp(input, _ints(dim), keepdim)
 
 
 def _vector_norm(b, input, ord=2, dim=None, keepdim=False, dtype=None, **_):
-    if ord != 2:
-        raise UnsupportedError(f"{b.loc}: unsupported vector norm of order {ord}: only the 2-norm")
     x = b.read(input)
-    return op("sqrt", b.reduce("sum", x * x, _dims(b, x, dim), keepdim))
+    axes = _dims(b, x, dim)
+    if ord == 2:
+        return op("sqrt", b.reduce("sum", x * x, axes, keepdim))
+    mag = op("abs", x)
+    if ord in (float("inf"), float("-inf")):
+        return b.reduce("max" if ord > 0 else "min", mag, axes, keepdim)
+    if ord == 0:
+        return op(x.dtype.name, b.reduce("sum", op("int64", op("not_equal", x, 0)), axes, keepdim))
+    if ord == 1:
+        return b.reduce("sum", mag, axes, keepdim)
+    return op("power", b.reduce("sum", op("power", mag, float(ord)), axes, keepdim), 1.0 / float(ord))
 
 
 # --- shapes and views
@@ -316,6 +318,12 @@ def _index_put(b, input, indices, values, accumulate=False, **_):
 
 def _index_select(b, input, dim, index, **_):
     return _index(b, input, [None] * (dim % len(b.shape(b.to_expr(input)))) + [index])
+
+
+def _gather(b, input, dim, index, sparse_grad=False, **_):
+    from .numpy_composites import gather_along
+    idx = b.to_expr(index)
+    return gather_along(b, b.loc, b.whole(input), idx, dim, b.shape(idx))
 
 
 def _item(b, input, **_):
@@ -582,6 +590,10 @@ HANDLERS = {
     "sqrt": _unary("sqrt"), "rsqrt": lambda b, input, **_: 1.0 / op("sqrt", b.to_expr(input)),
     "abs": _unary("abs"), "reciprocal": lambda b, input, **_: 1.0 / b.to_expr(input), "square": _unary("square"),
     "sin": _unary("sin"), "cos": _unary("cos"), "tan": _unary("tan"), "sign": _unary("sign"),
+    "asin": _unary("arcsin"), "acos": _unary("arccos"), "atan": _unary("arctan"), "sinh": _unary("sinh"),
+    "cosh": _unary("cosh"), "asinh": _unary("arcsinh"), "acosh": _unary("arccosh"), "atanh": _unary("arctanh"),
+    "exp2": _unary("exp2"), "logaddexp": _binary("logaddexp"), "atan2": _binary("arctan2"),
+    "hypot": _binary("hypot"),
     "floor": _unary("floor"), "ceil": _unary("ceil"), "round": _unary("round"), "erf": _method("erf"),
     "maximum": _binary("maximum"), "minimum": _binary("minimum"), "clamp": _clamp, "clip": _clamp,
     "clamp_min": lambda b, input, min, **_: _clamp(b, input, min=min),
@@ -604,12 +616,13 @@ HANDLERS = {
     "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _flatten, "unflatten": _unflatten,
     "permute": lambda b, input, dims, **_: b.permute(input, _ints(dims)), "transpose": _transpose, "t": _t,
     "unsqueeze": lambda b, input, dim, **_: b.unsqueeze(input, dim), "squeeze": _squeeze, "select": _select,
-    "slice": _slice, "narrow": _narrow, "expand": _expand, "repeat": _repeat, "cat": _cat, "concat": _cat,
+    "slice": _slice, "narrow": _narrow, "expand": _expand,
+    "expand_as": lambda b, input, other, **_: _expand(b, input, b.shape(b.to_expr(other))), "repeat": _repeat, "cat": _cat, "concat": _cat,
     "stack": _stack, "split": _split, "split_with_sizes": _split_with_sizes, "chunk": _chunk, "unbind": _unbind,
     "broadcast_tensors": _broadcast_tensors, "contiguous": _identity, "clone": _identity, "alias": _identity,
     "detach": _method("stop_gradient"), "lift_fresh_copy": _identity, "_to_copy": _to_copy, "to": _to_copy,
     "type_as": lambda b, input, other, **_: b.cast(input, other.dtype), "index": _index,
-    "index_select": _index_select, "index_put": _index_put, "_local_scalar_dense": _item, "item": _item, "zeros_like": _like(0),
+    "index_select": _index_select, "gather": _gather, "index_put": _index_put, "_local_scalar_dense": _item, "item": _item, "zeros_like": _like(0),
     "ones_like": _like(1), "full_like": _like(None), "tril": _tri("tril"), "triu": _tri("triu"), "cumsum": _cumsum,
     "einsum": _einsum,
     # layers
@@ -634,7 +647,7 @@ HANDLERS = {
 }
 # In-place variants (``relu_``, ``add_``, ``copy_``, ...) write into their first argument.
 _VIEWS = {"view", "reshape", "_unsafe_view", "flatten", "unflatten", "permute", "transpose", "t", "unsqueeze",
-          "squeeze", "select", "slice", "narrow", "expand", "alias", "split", "split_with_sizes", "chunk", "unbind",
+          "squeeze", "select", "slice", "narrow", "expand", "expand_as", "alias", "split", "split_with_sizes", "chunk", "unbind",
           "contiguous", "detach", "clone", "lift_fresh_copy", "_to_copy", "to"}
 _COPIES = {"contiguous", "clone", "lift_fresh_copy", "_to_copy", "to"}
 

@@ -252,6 +252,8 @@ ELEMENTWISE = {
     "sin": (1, "float"), "cos": (1, "float"), "tan": (1, "float"),
     "arcsin": (1, "float"), "arccos": (1, "float"), "arctan": (1, "float"),
     "sinh": (1, "float"), "cosh": (1, "float"), "tanh": (1, "float"),
+    "arcsinh": (1, "float"), "arccosh": (1, "float"), "arctanh": (1, "float"),
+    "exp2": (1, "float"), "cbrt": (1, "float"), "logaddexp": (2, "float"),
     "floor": (1, "same"), "ceil": (1, "same"), "round": (1, "same"),
     "where": (3, "where"),
     "less": (2, "bool"), "less_equal": (2, "bool"), "greater": (2, "bool"),
