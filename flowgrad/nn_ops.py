@@ -209,6 +209,16 @@ def _vjp_conv(ctx, call, gouts):
         ctx.via_temp(w, "conv_grad_weight", [Read(Ref(g)), x], attrs=dict(attrs, wshape=_shape_of(w)))
 
 
+def _vjp_conv_grad_input(ctx, call, gouts):
+    """``conv_grad_input`` as an operation of its own (a transposed convolution) is linear in both
+    operands: ``<gy, conv_grad_input(x, w)> = <conv(gy, w), x>``, so its adjoint w.r.t. ``x`` is
+    a convolution of ``gy`` and w.r.t. ``w`` the weight adjoint of that convolution."""
+    (x, w), (g,) = call.inputs, gouts
+    attrs = _conv_attrs(call.attrs)
+    return ctx.via_temp(x, "conv", [Read(Ref(g)), w], attrs=attrs) + \
+        ctx.via_temp(w, "conv_grad_weight", [x, Read(Ref(g))], attrs=dict(attrs, wshape=_shape_of(w)))
+
+
 def _vjp_pool(ctx, call, gouts):
     (x,), (g,) = call.inputs, gouts
     return ctx.via_temp(x, "pool_grad", [Read(Ref(g)), x, Read(Ref(call.outputs[0]))], attrs=dict(call.attrs))
@@ -281,7 +291,8 @@ NN_CALLS = {
         doc="N-d convolution: im2col + one GEMM per group (BLAS)"),
     "conv_grad_input": rules.CallRule(
         lambda i, a: f"_rt.nn.conv_grad_input({i[0]}, {i[1]}, {tuple(a['xshape'])!r}, {_geom_src(a)}, "
-                     f"{a['groups']})", doc="adjoint of conv w.r.t. its input (a GEMM per kernel offset)"),
+                     f"{a['groups']})", _vjp_conv_grad_input,
+        doc="adjoint of conv w.r.t. its input (a GEMM per kernel offset); also the transposed convolution"),
     "conv_grad_weight": rules.CallRule(
         lambda i, a: f"_rt.nn.conv_grad_weight({i[0]}, {i[1]}, {tuple(a['wshape'])!r}, {_geom_src(a)}, "
                      f"{a['groups']})", doc="adjoint of conv w.r.t. its weight (im2col + GEMM)"),
@@ -895,6 +906,30 @@ class NNBuilder:
                  "groups": int(groups)}
         out = _out_shape(size, kernel, stride, padding, dilation)
         y = self.call("conv", [x, w], (n, o) + out, np.result_type(x.dtype, w.dtype), attrs)
+        if b is not None:
+            y = y + self.view(b, (slice(None),) + (None,) * nd)
+        return y
+
+    def conv_transpose(self, x, w, b, stride, padding, output_padding, dilation, groups):
+        """N-d transposed convolution (PyTorch's ``conv_transpose``, ONNX's ``ConvTranspose``): the
+        adjoint of the convolution with the same geometry, ``w`` of shape (C_in, C_out / groups,
+        *kernel); ``padding`` is one (low, high) pair per spatial axis, ``output_padding`` the
+        extra length at the high end."""
+        x, w = self.read(x), self.read(w)
+        n, c, *size = self.shape(x)
+        ci, cg, *kernel = self.shape(w)
+        nd = len(kernel)
+        if ci != c:
+            raise FlowgradError(f"{self.loc}: transposed convolution weight expects {ci} input channels, got {c}")
+        out = tuple((s - 1) * st - lo - hi + d * (k - 1) + op_ + 1
+                    for s, st, (lo, hi), d, k, op_ in zip(size, stride, padding, dilation, kernel, output_padding))
+        if any(op_ >= max(st, d) for op_, st, d in zip(output_padding, stride, dilation)) or min(out, default=1) < 1:
+            raise FlowgradError(f"{self.loc}: transposed convolution: output padding {tuple(output_padding)} must "
+                                f"be smaller than the stride or the dilation, and the output not empty ({out})")
+        attrs = {"stride": tuple(stride), "padding": tuple(map(tuple, padding)), "dilation": tuple(dilation),
+                 "groups": int(groups), "xshape": (n, cg * groups) + out}
+        y = self.call("conv_grad_input", [x, w], (n, cg * groups) + out, np.result_type(x.dtype, w.dtype), attrs,
+                      hint="conv_transpose")
         if b is not None:
             y = y + self.view(b, (slice(None),) + (None,) * nd)
         return y

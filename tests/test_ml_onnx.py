@@ -75,7 +75,7 @@ def test_exported_loss_gradients(name):
     check_onnx_against_torch(module, [x, target])
 
 
-@pytest.mark.parametrize("name", ["conv2d", "pool2d", "norms", "multihead", "activations", "losses", "indexing"])
+@pytest.mark.parametrize("name", ["conv2d", "conv_transpose", "pool2d", "norms", "multihead", "activations", "losses", "indexing"])
 def test_exported_operations(name):
     module, *inputs = OPS[name]
     check_onnx_against_torch(module, inputs)

@@ -165,6 +165,12 @@ OPS = {
                   nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=2, groups=2),
                   nn.Conv2d(4, 4, (2, 3), padding=(1, 0), groups=4, bias=False)), R(2, 4, 9, 8)),
     "conv1d_same": (nn.Conv1d(3, 5, 4, padding="same"), R(2, 3, 10)),
+    "conv_transpose": (Fn(lambda s, x: s.m[0](x).sum((1, 2, 3)) + s.m[1](x).pow(2).sum((1, 2, 3))
+                          + s.m[2](x[:, :, 0]).mean((1, 2)),
+                          nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+                          nn.ConvTranspose2d(4, 4, (2, 3), stride=(1, 2), dilation=(2, 1), groups=2, bias=False),
+                          nn.ConvTranspose1d(4, 3, 4, stride=3, padding=2)), R(2, 4, 5, 6)),
+    "conv_transpose3d": (nn.ConvTranspose3d(2, 3, 2, stride=(2, 1, 2)), R(1, 2, 3, 4, 2)),
     "conv1x1": (nn.Conv2d(3, 5, 1), R(2, 3, 4, 4)),
     "conv3d": (nn.Conv3d(2, 3, 2, stride=(1, 2, 1)), R(1, 2, 4, 5, 3)),
     "pool2d": (Fn(lambda s, x: torch.cat([
@@ -228,6 +234,13 @@ OPS = {
 def test_operation(name):
     module, *inputs = OPS[name]
     check_against_torch(module.eval(), inputs)
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("name", ["conv_transpose", "gather", "inverse_hyperbolic"])
+def test_operation_native_backend(name):
+    module, *inputs = OPS[name]
+    check_against_torch(module.eval(), inputs, backend="native")
 
 
 def test_operation_float32_through_conv_and_attention():

@@ -151,6 +151,18 @@ def _conv(b, loc, ins, at):
     return b.conv(x, w, ins[2] if len(ins) > 2 else None, stride, pads, dil, at.get("group", 1))
 
 
+def _conv_transpose(b, loc, ins, at):
+    x, w = b.read(ins[0]), b.read(ins[1])
+    kernel = list(at.get("kernel_shape") or b.shape(w)[2:])
+    nd = len(kernel)
+    if "output_shape" in at or at.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise UnsupportedError(f"{loc}: unsupported ConvTranspose with output_shape or auto_pad; give pads")
+    pads = list(at.get("pads", [0] * 2 * nd))
+    return b.conv_transpose(x, w, ins[2] if len(ins) > 2 else None, at.get("strides", [1] * nd),
+                            list(zip(pads[:nd], pads[nd:])), at.get("output_padding", [0] * nd),
+                            at.get("dilations", [1] * nd), at.get("group", 1))
+
+
 def _pool(kind):
     def handler(b, loc, ins, at):
         x = b.read(ins[0])
@@ -437,6 +449,7 @@ HANDLERS = {
     "CastLike": lambda b, loc, ins, at: b.cast(ins[0], b.to_expr(ins[1]).dtype),
     "Identity": lambda b, loc, ins, at: ins[0], "Dropout": _dropout,
     "MatMul": lambda b, loc, ins, at: b.matmul(ins[0], ins[1]), "Gemm": _gemm, "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
     "MaxPool": _pool("max"), "AveragePool": _pool("avg"), "GlobalAveragePool": _global_pool("avg"),
     "GlobalMaxPool": _global_pool("max"), "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
     "InstanceNormalization": _instance_norm,

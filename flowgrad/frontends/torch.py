@@ -384,14 +384,21 @@ def _conv_padding(b, padding, kernel, dilation, nd):
 
 def _conv(b, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, transposed=False,
           output_padding=None, **_):
-    if transposed:
-        raise UnsupportedError(f"{b.loc}: unsupported transposed convolution (ConvTranspose): "
-                               "only ordinary convolutions are supported")
     w = b.to_expr(weight)
     nd = len(w.shape) - 2
+    if transposed:
+        return _conv_transpose(b, input, weight, bias, stride, padding, output_padding or 0, groups, dilation)
     kernel = b.shape(w)[2:]
     dil = _ints(dilation, nd)
     return b.conv(input, w, bias, _ints(stride, nd), _conv_padding(b, padding, kernel, dil, nd), dil, groups)
+
+
+def _conv_transpose(b, input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, **_):
+    nd = len(b.to_expr(weight).shape) - 2
+    if isinstance(padding, str):
+        raise UnsupportedError(f"{b.loc}: unsupported transposed convolution with padding={padding!r}")
+    return b.conv_transpose(input, weight, bias, _ints(stride, nd), [(p, p) for p in _ints(padding, nd)],
+                            _ints(output_padding, nd), _ints(dilation, nd), groups)
 
 
 def _max_pool(b, input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, **_):
@@ -628,6 +635,7 @@ HANDLERS = {
     # layers
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "addmm": _addmm,
     "conv1d": _conv, "conv2d": _conv, "conv3d": _conv, "convolution": _conv, "_convolution": _conv,
+    "conv_transpose1d": _conv_transpose, "conv_transpose2d": _conv_transpose, "conv_transpose3d": _conv_transpose,
     "max_pool1d": _max_pool, "max_pool2d": _max_pool, "max_pool3d": _max_pool,
     "max_pool2d_with_indices": _max_pool_with_indices, "avg_pool1d": _avg_pool, "avg_pool2d": _avg_pool,
     "avg_pool3d": _avg_pool, "adaptive_avg_pool1d": _adaptive_avg_pool, "adaptive_avg_pool2d": _adaptive_avg_pool,
