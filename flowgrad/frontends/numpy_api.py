@@ -3,7 +3,9 @@ lowered to IR expressions (elementwise) or Calls (everything else)."""
 from __future__ import annotations
 
 import builtins
+import functools
 import math
+import sys
 import types
 
 import numpy as np
@@ -668,6 +670,8 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
         return _add_at(fe, loc, *args, **kwargs)
     try:
         handler = _FUNCTIONS.get(fn)
+        if handler is None and "scipy.special" in sys.modules:
+            handler = _scipy_functions().get(fn)
     except TypeError:
         handler = None
     if handler is not None:
@@ -779,6 +783,9 @@ def call_method(fe, obj, name, args, kwargs, loc):
 
 
 from .numpy_composites import FUNCTIONS as _COMPOSITES, METHODS as _COMPOSITE_METHODS  # noqa: E402
+from .numpy_composites import scipy_functions  # noqa: E402
+
+_scipy_functions = functools.lru_cache(maxsize=1)(scipy_functions)
 
 _FUNCTIONS.update(_COMPOSITES)
 _METHODS.update(_COMPOSITE_METHODS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import BOOL, I64, Assign, Call, Const, Expr, Read, Ref, const_value, op
+from ..ir.core import BOOL, I64, Assign, Call, Const, For, Expr, Read, Ref, const_value, op
 from . import indexing
 from .numpy_api import (_arange, _axes, _concatenate, _copy, _dtype_arg, _einsum, _eye,
                         _reshape, _shape_arg, _solve, _transpose, reduce, stack_values)
@@ -787,6 +787,146 @@ def _interp(fe, loc, x, xp, fp, left=None, right=None, period=None):
               op("where", op("less", ex, x0), lval, op("where", op("greater", ex, xl), rval, inside)))
 
 
+# ---------------------------------------------------------------- convolution and running products
+
+
+def _correlate(fe, loc, a, v, mode="valid"):
+    """np.correlate: ``c[k] = sum_n a[n + k] * v[n]`` (NumPy's padding for each mode), one
+    convolution Call (the im2col + GEMM of the ML front doors, and its adjoints)."""
+    ea, ev = fe.to_expr(a, loc), fe.to_expr(v, loc)
+    if len(ea.shape) != 1 or len(ev.shape) != 1:
+        raise FlowgradError(f"{loc}: np.correlate/np.convolve take 1-D arrays")
+    n, m = (_const_int(e.shape[0], "the length of a convolved array", loc) for e in (ea, ev))
+    if n == 0 or m == 0:
+        raise FlowgradError(f"{loc}: np.correlate/np.convolve: empty array")
+    if m > n:                                  # NumPy swaps the operands and reverses the result
+        return indexing.getitem(fe, _correlate(fe, loc, ev, ea, mode), (slice(None, None, -1),), loc)
+    pads = {"full": (m - 1, m - 1), "same": (m // 2, m - 1 - m // 2), "valid": (0, 0)}.get(mode)
+    if pads is None:
+        raise FlowgradError(f"{loc}: np.correlate/np.convolve: mode must be 'full', 'same' or 'valid', not {mode!r}")
+    dt = np.result_type(ea.dtype, ev.dtype)
+    work = dt if dt.kind == "f" else np.dtype(np.float64)
+    def signal(e):                             # (1, 1, length): one sample, one channel
+        c = fe.container("signal", work, (Const(1), Const(1), e.shape[0]))
+        fe.emit(Assign(Ref(c), e if e.dtype == work else op(work.name, e), loc=loc))
+        return Read(Ref(c))
+    x, w = signal(ea), signal(ev)
+    length = n + pads[0] + pads[1] - m + 1
+    out = fe.container("correlate", work, (Const(1), Const(1), Const(length)))
+    fe.emit(Call("conv", [x, w], [out], {"stride": (1,), "padding": (pads,), "dilation": (1,), "groups": 1}, loc=loc))
+    y = indexing.getitem(fe, Read(Ref(out)), (0, 0), loc)
+    return y if dt == work else op("int64" if dt.kind in "iu" else dt.name, y)
+
+
+def _convolve(fe, loc, a, v, mode="full"):
+    ea, ev = fe.to_expr(a, loc), fe.to_expr(v, loc)
+    if len(ev.shape) == 1 and len(ea.shape) == 1 and \
+            _const_int(ev.shape[0], "the length of a convolved array", loc) > \
+            _const_int(ea.shape[0], "the length of a convolved array", loc):
+        ea, ev = ev, ea
+    return _correlate(fe, loc, ea, indexing.getitem(fe, ev, (slice(None, None, -1),), loc), mode)
+
+
+def _cumprod(fe, loc, a, axis=None, dtype=None, out=None):
+    """np.cumprod: a loop over the axis, ``p[k] = p[k - 1] * a[k]`` (reversed as a loop for the
+    gradient, which each ``p[k - 1]`` is kept for)."""
+    if out is not None:
+        raise unsupported(loc, "np.cumprod(out=...)", "assign the result instead")
+    e = fe.to_expr(a, loc)
+    if axis is None:
+        e, axis = _flat(fe, loc, e), 0
+    nd = len(e.shape)
+    axis = int(axis) % nd
+    dt = e.dtype if dtype is None else _dtype_arg(dtype)
+    dt = I64 if dt.kind in "bi" and dtype is None else dt
+    c = fe.alloc("cumprod", dt, e.shape, loc, covered=True)
+    src = _read(fe, e, loc)
+    fe.emit(Assign(indexing.view(Ref(c), _along(axis, nd, slice(0, 1)), loc),
+                   op(dt.name, Read(indexing.view(src.ref, _along(axis, nd, slice(0, 1)), loc))), loc=loc))
+    k = fe.container("k", I64, ())
+    at = Read(Ref(k, ()))
+    body = [Assign(indexing.view(Ref(c), _along(axis, nd, at), loc),
+                   op("multiply", Read(indexing.view(Ref(c), _along(axis, nd, op("subtract", at, 1)), loc)),
+                      Read(indexing.view(src.ref, _along(axis, nd, at), loc))), loc=loc)]
+    fe.emit(For(k, Const(1), e.shape[axis], Const(1), body, loc=loc))
+    return Read(Ref(c))
+
+
+# ---------------------------------------------------------------- scipy.special
+
+
+def _expit(fe, loc, x):
+    """The logistic sigmoid, from ``exp(-|x|)`` on both sides (no overflow, not even in the adjoint)."""
+    e = _float(fe.to_expr(x, loc))
+    z = op("exp", op("negative", op("abs", e)))
+    return op("where", op("greater_equal", e, 0), op("divide", 1.0, op("add", 1.0, z)),
+              op("divide", z, op("add", 1.0, z)))
+
+
+def _log_expit(fe, loc, x):
+    return op("negative", op("logaddexp", 0.0, op("negative", _float(fe.to_expr(x, loc)))))
+
+
+def _logit(fe, loc, p):
+    e = _float(fe.to_expr(p, loc))
+    return op("subtract", op("log", e), op("log1p", op("negative", e)))
+
+
+def _shifted(fe, loc, e, axis):
+    """``e`` minus its maximum over ``axis`` (kept), the maximum taken as 0 where it is not finite."""
+    m = reduce(fe, "max", e, axis, True, loc)
+    m = op("where", op("isfinite", m), m, 0.0)
+    return op("subtract", e, m), m
+
+
+def _logsumexp(fe, loc, a, axis=None, b=None, keepdims=False, return_sign=False):
+    if b is not None or return_sign:
+        raise unsupported(loc, "scipy.special.logsumexp with b= or return_sign=", "scale inside the exponentials")
+    e = _float(fe.to_expr(a, loc))
+    d, m = _shifted(fe, loc, e, axis)
+    total = op("add", op("log", reduce(fe, "sum", op("exp", d), axis, True, loc)), m)
+    if keepdims:
+        return total
+    axes = _axes(axis, len(e.shape), loc)
+    return indexing.getitem(fe, _read(fe, total, loc),
+                            tuple(0 if axes is None or k in axes else slice(None) for k in range(len(e.shape))), loc)
+
+
+def _softmax(log):
+    def handler(fe, loc, x, axis=None):
+        e = _float(fe.to_expr(x, loc))
+        d, _ = _shifted(fe, loc, e, axis)
+        d = _read(fe, d, loc)
+        total = reduce(fe, "sum", op("exp", d), axis, True, loc)
+        return op("subtract", d, op("log", total)) if log else op("divide", op("exp", d), total)
+    return handler
+
+
+def _erf(fe, loc, x):
+    e = _read(fe, _float(fe.to_expr(x, loc)), loc)
+    c = fe.container("erf", e.dtype, e.shape)
+    fe.emit(Call("erf", [e], [c], {}, loc=loc))
+    return Read(Ref(c) if c.ndim else Ref(c, ()))
+
+
+def _xlogy(log):
+    def handler(fe, loc, x, y):
+        ex, ey = _float(fe.to_expr(x, loc)), _float(fe.to_expr(y, loc))
+        zero = op("equal", ex, 0)
+        safe = op("where", zero, 1.0, ey)          # log(y) is not evaluated where x is 0
+        return op("where", op("logical_and", zero, op("logical_not", op("isnan", ey))), 0.0,
+                  op("multiply", ex, op(log, safe)))
+    return handler
+
+
+def scipy_functions():
+    """The ``scipy.special`` functions the frontend lowers (imported only once scipy is)."""
+    import scipy.special as sp
+    return {sp.expit: _expit, sp.log_expit: _log_expit, sp.logit: _logit, sp.logsumexp: _logsumexp,
+            sp.softmax: _softmax(False), sp.log_softmax: _softmax(True), sp.erf: _erf,
+            sp.xlogy: _xlogy("log"), sp.xlog1py: _xlogy("log1p")}
+
+
 FUNCTIONS = {
     np.var: _var, np.std: _std, np.average: _average, np.ptp: _ptp, np.nansum: _nansum,
     np.nanmean: _nanmean, np.count_nonzero: _counts("count_nonzero"), np.any: _counts("any"),
@@ -806,10 +946,11 @@ FUNCTIONS = {
     np.trapezoid: _trapezoid, np.meshgrid: _meshgrid, np.take: _take, np.take_along_axis: _take_along_axis,
     np.sort: _sort, np.argsort: _argsort, np.median: _median, np.quantile: _quantile,
     np.percentile: _percentile, np.searchsorted: _searchsorted, np.interp: _interp,
+    np.correlate: _correlate, np.convolve: _convolve, np.cumprod: _cumprod,
 }
 
 METHODS = {
     "var": _var, "std": _std, "any": _counts("any"), "all": _counts("all"), "squeeze": _squeeze,
     "trace": _trace, "diagonal": _diagonal, "repeat": _repeat, "take": _take, "sort": _sort_in_place,
-    "argsort": _argsort, "searchsorted": _searchsorted,
+    "argsort": _argsort, "searchsorted": _searchsorted, "cumprod": _cumprod,
 }
