@@ -1,6 +1,6 @@
 """NumPy's library functions beyond the arithmetic core, and ``scipy.special``'s common ones:
 statistics, order statistics (sort, median, quantiles), interpolation, convolution, running
-products, shape helpers, padding, diagonals, tensor products,
+products, determinants and Cholesky factors, shape helpers, padding, diagonals, tensor products,
 sequences, closeness tests, boolean masks combined with ``&``,
 ``|``, ``^`` and ``~``, and the inverse hyperbolic, ``exp2``, ``cbrt`` and ``logaddexp``
 primitives.
@@ -140,6 +140,19 @@ def special_functions(A, p, y):
             + np.sum(scipy.special.erf(A)) + np.sum(scipy.special.xlogy(p, y)) + np.sum(scipy.special.xlog1py(p, y)))
 
 
+def gaussian_process(A, y, N):
+    L = np.linalg.cholesky(A)
+    alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
+    sign, logdet = np.linalg.slogdet(A)
+    return (0.5 * y @ alpha + np.sum(np.log(np.diag(L))) + logdet * 0.3 + np.linalg.det(N) + sign
+            + np.linalg.slogdet(N)[1] * np.linalg.slogdet(-N)[0])
+
+
+def spd_matrix(n, seed):
+    B = U((n, n), seed=seed)
+    return B @ B.T + n * np.eye(n)
+
+
 CASES = [
     (statistics, (A0, X0)),
     (elementwise, (X0 * 0.8, Y0)),
@@ -153,6 +166,7 @@ CASES = [
     (interpolation, (U((7,), seed=4), np.sort(U((6,), seed=5)), U((6,), seed=6))),
     (convolutions, (X0, U((4,), seed=8), U((3, 4), 0.5, 1.5, seed=9))),
     (special_functions, (A0 * 2, Y0 * 0.9, Y0 + 1.0)),
+    (gaussian_process, (spd_matrix(4, 10), U((4,), seed=11), U((4, 4), seed=12) + 2 * np.eye(4))),
 ]
 
 

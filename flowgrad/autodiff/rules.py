@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import ELEMENTWISE, INPLACE_CALLS, Call, Const, NewAxis, Read, Ref, Slice, op
+from ..ir.core import ELEMENTWISE, INPLACE_CALLS, Assign, Call, Const, NewAxis, Read, Ref, Slice, op
 
 # ------------------------------------------------------------- elementwise partials
 # Each entry: (g, out, *args) -> one adjoint expression per operand (None: no derivative).
@@ -211,6 +211,51 @@ def _vjp_solve(ctx, call, gouts):
     return stmts
 
 
+def _identity(ctx, a):
+    """(a statement making an identity matrix the size of square ``a``, a Read of it)."""
+    n = a.shape[-1]
+    e = ctx.temp((n, n), np.float64, "eye")
+    return Call("eye", [], [e], {"n": n, "m": n, "k": 0}), Read(Ref(e))
+
+
+def _inverse_transpose(ctx, a, scale):
+    """``adjoint(a) += scale * inv(a).T``, the adjoint of det (``scale``: g * det) and of
+    slogdet's log |det| (``scale``: g)."""
+    make, eye = _identity(ctx, a)
+    return [make] + ctx.via_temp(a, "solve", [_swap_last(a), eye], scale=scale)
+
+
+def _vjp_det(ctx, call, gouts):
+    (a,), (g,) = call.inputs, gouts
+    return _inverse_transpose(ctx, a, Read(Ref(g, ())) * Read(Ref(call.outputs[0], ())))
+
+
+def _vjp_slogdet(ctx, call, gouts):
+    (a,), (_, g) = call.inputs, gouts        # the sign is piecewise constant
+    return [] if g is None else _inverse_transpose(ctx, a, Read(Ref(g, ())))
+
+
+def _vjp_cholesky(ctx, call, gouts):
+    """For ``L = cholesky(A)`` (A's lower triangle read): with ``P = Phi(L^T gL)`` (the lower
+    triangle, diagonal halved) and ``S = L^-T P L^-1``, the symmetric adjoint is ``(S + S^T) / 2``;
+    the lower triangle stands for both halves, so it gets ``S + S^T`` below the diagonal, ``S`` on
+    it, and the upper triangle nothing (Murray, 2016, "Differentiation of the Cholesky
+    decomposition")."""
+    (a,), (g,) = call.inputs, gouts
+    lt = Read(Ref(call.outputs[0]))
+    shape, dt = call.outputs[0].shape, call.outputs[0].dtype
+    make, eye = _identity(ctx, a)
+    m, low, p, x, st, both, tri = (ctx.temp(shape, dt, h) for h in ("chm", "chl", "chp", "chx", "chs", "chb", "cht"))
+    stmts = [make, Call("matmul", [_swap_last(lt), Read(Ref(g))], [m]),
+             Call("tril", [Read(Ref(m))], [low], {"k": 0}),
+             Assign(Ref(p), Read(Ref(low)) - 0.5 * Read(Ref(m)) * eye),
+             Call("solve", [_swap_last(lt), Read(Ref(p))], [x]),
+             Call("solve", [_swap_last(lt), _swap_last(Read(Ref(x)))], [st]),        # S^T
+             Assign(Ref(both), Read(Ref(st)) + _swap_last(Read(Ref(st)))),
+             Call("tril", [Read(Ref(both))], [tri], {"k": 0})]
+    return stmts + ctx.accumulate(a, Read(Ref(tri)) - Read(Ref(st)) * eye)
+
+
 def _vjp_reshape(ctx, call, gouts):
     (x,), (g,) = call.inputs, gouts
     return ctx.via_temp(x, "reshape", [Read(Ref(g))], attrs={"shape": x.shape})
@@ -350,6 +395,15 @@ CALLS = {
     "solve": CallRule(lambda i, a: f"np.linalg.solve({i[0]}, {i[1]})", _vjp_solve,
                       flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]),
                       doc="linear solve (LAPACK)"),
+    "det": CallRule(lambda i, a: f"np.linalg.det({i[0]})", _vjp_det,
+                    flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
+                    doc="determinant (LU, LAPACK)"),
+    "slogdet": CallRule(lambda i, a: f"tuple(np.linalg.slogdet({i[0]}))", _vjp_slogdet,
+                        flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
+                        doc="sign and log |determinant| (LU, LAPACK)"),
+    "cholesky": CallRule(lambda i, a: f"np.linalg.cholesky({i[0]})", _vjp_cholesky,
+                         flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
+                         doc="lower Cholesky factor (LAPACK; reads the lower triangle)"),
     "lu_factor": CallRule(lambda i, a: f"_rt.lu_factor({i[0]})",
                           flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                           doc="LU factorisation of a matrix a loop solves with (hoisted out of the loop; "

@@ -330,6 +330,17 @@ def _lower_solve(low, s, ind):
              f"{_operand_array(low, b, ind)}))", ind)
 
 
+def _lower_linalg(low, s, ind):
+    """det, slogdet, cholesky: Numba's LAPACK wrappers (their matrices come back in Fortran order)."""
+    a = _operand_array(low, s.inputs[0], ind)
+    if s.op == "det":
+        low.line(f"{s.outputs[0].name} = np.linalg.det(np.ascontiguousarray({a}))", ind)
+    elif s.op == "slogdet":
+        low.line(f"{s.outputs[0].name}, {s.outputs[1].name} = np.linalg.slogdet(np.ascontiguousarray({a}))", ind)
+    else:
+        low.line(f"{s.outputs[0].name} = np.ascontiguousarray(np.linalg.cholesky(np.ascontiguousarray({a})))", ind)
+
+
 def _lower_lu_factor(low, s, ind):
     for c in s.outputs:
         _out(low, Call(s.op, s.inputs, [c]), ind)
@@ -669,7 +680,8 @@ CALL_LOWERING = {
     "matmul_tn_flat": _lower_matmul_tn_flat, "lu_factor": _lower_lu_factor, "lu_solve": _lower_lu_solve,
     "reshape": _lower_reshape, "cumsum": _lower_cumsum, "triu": _lower_tri, "tril": _lower_tri,
     "einsum": _lower_einsum, "einsum_vjp": _lower_einsum_vjp, "eye": _lower_eye, "arange": _lower_arange,
-    "argsort": _lower_argsort, "searchsorted": _lower_searchsorted,
+    "argsort": _lower_argsort, "searchsorted": _lower_searchsorted, "det": _lower_linalg,
+    "slogdet": _lower_linalg, "cholesky": _lower_linalg,
     "gather": _lower_gather, "gather_last": _lower_gather_last, "add_at": _lower_add_at,
     "scatter": _lower_scatter, "mask_gather": _lower_mask("gather"), "mask_scatter": _lower_mask("scatter"),
     "mask_add": _lower_mask("add"), "sum_to": _lower_sum_to,

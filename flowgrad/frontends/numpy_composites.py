@@ -480,6 +480,35 @@ def _cross(fe, loc, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     return stack_values(fe, [a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1, loc)
 
 
+def _square_matrix(fe, loc, a, what):
+    e = fe.to_expr(a, loc)
+    if len(e.shape) != 2:
+        raise unsupported(loc, f"np.linalg.{what} of a stack of matrices", "call it on one matrix at a time")
+    e = e if e.dtype.kind == "f" else op("float64", e)
+    return _read(fe, e, loc)
+
+
+def _det(fe, loc, a):
+    e = _square_matrix(fe, loc, a, "det")
+    c = fe.container("det", e.dtype, ())
+    fe.emit(Call("det", [e], [c], {}, loc=loc))
+    return Read(Ref(c, ()))
+
+
+def _slogdet(fe, loc, a):
+    e = _square_matrix(fe, loc, a, "slogdet")
+    sign, logdet = fe.container("sign", e.dtype, ()), fe.container("logdet", e.dtype, ())
+    fe.emit(Call("slogdet", [e], [sign, logdet], {}, loc=loc))
+    return Read(Ref(sign, ())), Read(Ref(logdet, ()))
+
+
+def _cholesky(fe, loc, a, upper=False):
+    e = _square_matrix(fe, loc, a, "cholesky")
+    c = fe.container("cholesky", e.dtype, e.shape)
+    fe.emit(Call("cholesky", [e], [c], {}, loc=loc))
+    return _transpose(fe, loc, Read(Ref(c))) if upper else Read(Ref(c))
+
+
 def _inv(fe, loc, a):
     e = fe.to_expr(a, loc)
     if len(e.shape) != 2:
@@ -946,7 +975,8 @@ FUNCTIONS = {
     np.trapezoid: _trapezoid, np.meshgrid: _meshgrid, np.take: _take, np.take_along_axis: _take_along_axis,
     np.sort: _sort, np.argsort: _argsort, np.median: _median, np.quantile: _quantile,
     np.percentile: _percentile, np.searchsorted: _searchsorted, np.interp: _interp,
-    np.correlate: _correlate, np.convolve: _convolve, np.cumprod: _cumprod,
+    np.correlate: _correlate, np.convolve: _convolve, np.cumprod: _cumprod, np.linalg.det: _det,
+    np.linalg.slogdet: _slogdet, np.linalg.cholesky: _cholesky,
 }
 
 METHODS = {
