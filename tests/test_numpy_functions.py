@@ -1,6 +1,6 @@
 """NumPy's library functions beyond the arithmetic core, and ``scipy.special``'s common ones:
 statistics, order statistics (sort, median, quantiles), interpolation, convolution, running
-products, determinants and Cholesky factors, shape helpers, padding, diagonals, tensor products,
+products, determinants and Cholesky factors, log-gamma and digamma, shape helpers, padding, diagonals, tensor products,
 sequences, closeness tests, boolean masks combined with ``&``,
 ``|``, ``^`` and ``~``, and the inverse hyperbolic, ``exp2``, ``cbrt`` and ``logaddexp``
 primitives.
@@ -11,6 +11,8 @@ one-point ``linspace``, degrees of freedom used up, float32 kept float32, the pa
 at their widest, offsets past a matrix's edge) is checked against NumPy's forward values.
 Refusals assert their message.
 """
+
+import math
 
 import numpy as np
 import pytest
@@ -148,6 +150,16 @@ def gaussian_process(A, y, N):
             + np.linalg.slogdet(N)[1] * np.linalg.slogdet(-N)[0])
 
 
+def poisson_log_likelihood(x, k):
+    lam = np.exp(0.1 * x)
+    return (np.sum(k * np.log(lam) - lam - scipy.special.gammaln(k + 1)) + np.sum(scipy.special.gammaln(x))
+            + np.sum(scipy.special.digamma(x) ** 2) + np.sum(scipy.special.betaln(np.abs(x) + 0.5, 2.0))
+            + math.lgamma(x[0]))
+
+
+GAMMA_POINTS = np.array([0.05, 0.7, 1.4616, 3.3, 9.9, 10.1, 27.0, 200.0, -2.5, -0.3])
+
+
 def spd_matrix(n, seed):
     B = U((n, n), seed=seed)
     return B @ B.T + n * np.eye(n)
@@ -166,6 +178,7 @@ CASES = [
     (interpolation, (U((7,), seed=4), np.sort(U((6,), seed=5)), U((6,), seed=6))),
     (convolutions, (X0, U((4,), seed=8), U((3, 4), 0.5, 1.5, seed=9))),
     (special_functions, (A0 * 2, Y0 * 0.9, Y0 + 1.0)),
+    (poisson_log_likelihood, (GAMMA_POINTS, np.arange(10.0))),
     (gaussian_process, (spd_matrix(4, 10), U((4,), seed=11), U((4, 4), seed=12) + 2 * np.eye(4))),
 ]
 
@@ -376,6 +389,22 @@ def test_edge_values(fn, args, backend):
     rtol = 1e-5 if fn in (float32_stays_float32, float32_convolution) else 1e-12
     with np.errstate(all="ignore"):
         check_forward(fn, args, backend=backend, rtol=rtol)
+
+
+def sum_of_digamma(x):
+    return np.sum(scipy.special.digamma(x))
+
+
+def gamma_poles(z):
+    return scipy.special.digamma(z) + scipy.special.gammaln(z)
+
+
+def test_digamma_derivative_is_trigamma(backend):
+    g = flowgrad.grad(sum_of_digamma, backend=backend)(GAMMA_POINTS)
+    want = scipy.special.polygamma(1, GAMMA_POINTS)
+    assert np.allclose(g, want, rtol=1e-12, atol=0)
+    with np.errstate(all="ignore"):
+        check_forward(gamma_poles, (np.array([0.0, -1.0, -2.5, 1e-8, 1e5, np.nan]),), backend=backend)
 
 
 def test_sinc_and_cbrt_derivatives_at_their_special_points(backend):

@@ -186,6 +186,9 @@ class ReverseBuilder:
                     partials.append(g)
                     guards.append(taken if guard is None else op("logical_and", guard, taken))
         else:
+            if e.name not in PARTIALS:
+                raise UnsupportedError(f"unsupported differentiation of {e.name}: it has no derivative rule; "
+                                       "compute it outside the differentiated function")
             partials = PARTIALS[e.name](g, e if out is None else out, *e.args)
             guards = [guard] * len(e.args)
         for a, p, gd in zip(e.args, partials, guards):

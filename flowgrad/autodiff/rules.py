@@ -61,6 +61,8 @@ PARTIALS = {
     "arccosh": lambda g, out, a: (g / op("sqrt", (a - 1.0) * (a + 1.0)),),
     "arctanh": lambda g, out, a: (g / (1.0 - _sq(a)),),
     "exp2": lambda g, out, a: (g * out * float(np.log(2.0)),),
+    "gammaln": lambda g, out, a: (g * op("digamma", a),),
+    "digamma": lambda g, out, a: (g * op("trigamma", a),),
     "cbrt": lambda g, out, a: (g / (3.0 * _sq(out)),),
     # out >= max(a, b), so neither exponential overflows
     "logaddexp": lambda g, out, a, b: (g * op("exp", a - out), g * op("exp", b - out)),

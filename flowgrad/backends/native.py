@@ -32,7 +32,8 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_di
           "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
           "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 _FUNC = {"abs": "np.abs", "round": "np.rint", "maximum": "np.maximum", "minimum": "np.minimum",
-         "checked_index": "_rt.wrap"}
+         "checked_index": "_rt.wrap", "gammaln": "_rt.gammaln", "digamma": "_rt.digamma",
+         "trigamma": "_rt.trigamma"}
 _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", "int32": "np.int32",
          "bool": "np.bool_"}
 

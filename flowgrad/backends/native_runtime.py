@@ -1,6 +1,7 @@
 """Numba-compiled helpers called by the native backend's generated code (imported there as ``_rt``)."""
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 
@@ -97,6 +98,49 @@ def fitted(buf, shape, zeros):
     if zeros:
         return huge_pages(np.zeros(shape, dtype=buf.dtype))
     return huge_pages(np.empty(shape, dtype=buf.dtype))
+
+
+@_jit
+def gammaln(x):
+    """log |Gamma(x)| (SciPy's gammaln)."""
+    return math.lgamma(x) if not (x <= 0.0 and math.floor(x) == x) else math.inf
+
+
+@_jit
+def digamma(x):
+    """The derivative of gammaln: the recurrence psi(x) = psi(x + 1) - 1 / x up to x >= 10, then
+    the asymptotic series (error below 1e-15 there); reflection below 0 (SciPy's values: nan
+    at the poles 0, -1, -2, ...)."""
+    if x != x or (x <= 0.0 and math.floor(x) == x):
+        return math.nan
+    shift = 0.0
+    if x < 0.0:                            # psi(x) = psi(1 - x) - pi / tan(pi x)
+        shift = -math.pi / math.tan(math.pi * x)
+        x = 1.0 - x
+    while x < 10.0:
+        shift -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    series = f * (-1.0 / 12 + f * (1.0 / 120 + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132
+                                                                                       + f * 691.0 / 32760)))))
+    return shift + math.log(x) - 0.5 / x + series
+
+
+@_jit
+def trigamma(x):
+    """The derivative of digamma: psi1(x) = psi1(x + 1) + 1 / x^2 up to x >= 10, then the
+    asymptotic series; reflection below 0."""
+    if x != x or (x <= 0.0 and math.floor(x) == x):
+        return math.nan
+    if x < 0.0:                            # psi1(1 - x) + psi1(x) = pi^2 / sin(pi x)^2
+        return (math.pi / math.sin(math.pi * x)) ** 2 - trigamma(1.0 - x)
+    acc = 0.0
+    while x < 10.0:
+        acc += 1.0 / (x * x)
+        x += 1.0
+    f = 1.0 / (x * x)
+    series = (1.0 + f * (1.0 / 6 + f * (-1.0 / 30 + f * (1.0 / 42 + f * (-1.0 / 30 + f * 5.0 / 66))))) / x
+    return acc + series + 0.5 * f
 
 
 @_jit

@@ -16,6 +16,7 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_di
           "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
           "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 _NP_NAME = {"abs": "absolute", "logical_and": "logical_and", "logical_or": "logical_or"}
+_SPECIAL = {"gammaln", "digamma", "trigamma"}        # SciPy's, through the runtime
 _SCALAR_TYPE = {"f": "np.{}", "i": "int", "u": "int", "b": "bool"}
 
 
@@ -58,6 +59,8 @@ def expr_src(e) -> str:
             if e.name == "where":
                 return f"({args[1]} if {args[0]} else {args[2]})"
             return f"{e.name[:3]}({args[0]}, {args[1]})"
+        if e.name in _SPECIAL:
+            return f"_rt.{e.name}({', '.join(args)})"
         return f"np.{_NP_NAME.get(e.name, e.name)}({', '.join(args)})"
     raise TypeError(f"cannot emit {e!r}")
 

@@ -5,6 +5,19 @@ import warnings
 
 import numpy as np
 import scipy.linalg
+import scipy.special
+
+
+def gammaln(x):
+    return scipy.special.gammaln(x)
+
+
+def digamma(x):
+    return scipy.special.digamma(x)
+
+
+def trigamma(x):
+    return scipy.special.polygamma(1, x)
 
 
 def sum_to(x, shape, full):

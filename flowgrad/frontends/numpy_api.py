@@ -39,6 +39,7 @@ _MATH = {
     math.sinh: "sinh", math.cosh: "cosh", math.tanh: "tanh", math.fabs: "abs", math.atan2: "arctan2",
     math.hypot: "hypot", math.floor: "floor", math.ceil: "ceil", math.log2: "log2", math.log10: "log10",
     math.asinh: "arcsinh", math.acosh: "arccosh", math.atanh: "arctanh", math.cbrt: "cbrt", math.exp2: "exp2",
+    math.lgamma: "gammaln",
 }
 
 

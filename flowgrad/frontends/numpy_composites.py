@@ -948,12 +948,24 @@ def _xlogy(log):
     return handler
 
 
+def _ufunc(name):
+    def handler(fe, loc, x):
+        return op(name, _float(fe.to_expr(x, loc)))
+    return handler
+
+
+def _betaln(fe, loc, a, b):
+    ea, eb = _float(fe.to_expr(a, loc)), _float(fe.to_expr(b, loc))
+    return op("subtract", op("add", op("gammaln", ea), op("gammaln", eb)), op("gammaln", op("add", ea, eb)))
+
+
 def scipy_functions():
     """The ``scipy.special`` functions the frontend lowers (imported only once scipy is)."""
     import scipy.special as sp
     return {sp.expit: _expit, sp.log_expit: _log_expit, sp.logit: _logit, sp.logsumexp: _logsumexp,
             sp.softmax: _softmax(False), sp.log_softmax: _softmax(True), sp.erf: _erf,
-            sp.xlogy: _xlogy("log"), sp.xlog1py: _xlogy("log1p")}
+            sp.xlogy: _xlogy("log"), sp.xlog1py: _xlogy("log1p"), sp.gammaln: _ufunc("gammaln"),
+            sp.digamma: _ufunc("digamma"), sp.betaln: _betaln}
 
 
 FUNCTIONS = {
