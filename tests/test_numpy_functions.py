@@ -361,6 +361,47 @@ def special_functions_at_extremes(A):
             + logsumexp(A * np.inf, axis=1)[:, None])
 
 
+def positive_is_a_copy(x):
+    p = np.positive(x)
+    p[0] = 5.0
+    return x * 1.0 + p
+
+
+def nan_to_num_copies_and_writes_in_place(x, i):
+    y = np.nan_to_num(i)
+    y[0] = 99
+    z = x * 1.0
+    z[1] = np.nan
+    np.nan_to_num(z, copy=False)
+    return z + i + y
+
+
+def trapezoid_of_a_grid(y, x):
+    return np.trapezoid(y, x, axis=0)
+
+
+def masks_with_integers(x):
+    return ((x > 0) * 1) + (x > 0.5) + ((x > 0) + (x > 0.5)) * x + np.add(x > 0, x > 0.5) * 2 + (0 + (x > 0))
+
+
+def linspace_without_an_interval(a):
+    return np.linspace(a, 1.0, 1, retstep=True)[1] + np.linspace(a, 1.0, 0, endpoint=False, retstep=True)[1]
+
+
+def float32_inverse_and_scalars(f):
+    return (np.linalg.inv(f[:4].reshape(2, 2) + 3 * np.eye(2, dtype=np.float32)).sum() + f * np.float32(2.0)
+            + np.heaviside(f, np.float32(1.0)) + np.where(f > 0, f, np.float32(1.0)))
+
+
+def integer_quantiles_and_inverse(i):
+    return (np.quantile(i, 0.5, method="lower") + np.quantile(i, 0.6, method="higher")
+            + np.linalg.inv(np.array([[2, 1], [1, 3]])).sum())
+
+
+def repeat_of_an_element(A):
+    return np.repeat(A[0, 0], 3) * np.arange(3.0)
+
+
 def module_array_method():
     return PICK.sum() + PICK.any()
 
@@ -379,14 +420,18 @@ EDGES = [
     (sort_integers, (TIES,)), (median_with_nan, (WITH_NAN,)), (interp_outside_at_nodes_and_nan, (XP,)),
     (interp_repeated_nodes, (U((9,), seed=7),)), (interp_one_node, (np.array([-1.0, 0.1, 1.0]),)),
     (integer_convolution_and_products, (TIES,)), (float32_convolution, (F32,)),
-    (special_functions_at_extremes, (A0,)),
+    (special_functions_at_extremes, (A0,)), (positive_is_a_copy, (X0,)),
+    (nan_to_num_copies_and_writes_in_place, (X0, TIES[:5])),
+    (trapezoid_of_a_grid, (U((3, 2), seed=13), np.array([[0.0, 0.0], [1.0, 3.0], [1.5, 3.5]]))),
+    (masks_with_integers, (X0,)), (linspace_without_an_interval, (0.5,)), (float32_inverse_and_scalars, (F32,)),
+    (integer_quantiles_and_inverse, (TIES,)), (repeat_of_an_element, (A0,)),
 ]
 
 
 @pytest.mark.parametrize("fn, args", EDGES, ids=[f"{c[0].__name__}-{k}" for k, c in enumerate(EDGES)])
 def test_edge_values(fn, args, backend):
     # float32 arithmetic in another order than NumPy's differs in the last bit
-    rtol = 1e-5 if fn in (float32_stays_float32, float32_convolution) else 1e-12
+    rtol = 1e-5 if fn in (float32_stays_float32, float32_convolution, float32_inverse_and_scalars) else 1e-12
     with np.errstate(all="ignore"):
         check_forward(fn, args, backend=backend, rtol=rtol)
 
@@ -444,6 +489,24 @@ def repeat_by_array(x):
     return np.repeat(x, np.array([1, 2, 1, 2, 1]))
 
 
+def variance_past_the_last_axis(A):
+    return np.var(A, axis=2)
+
+
+def concatenate_mismatched(A, x):
+    return np.column_stack([x, A])
+
+
+def interp_of_unequal_lengths(x):
+    return np.interp(x, np.arange(4.0), np.arange(3.0))
+
+
+def broadcast_then_write_the_source(x):
+    b = np.broadcast_to(x, (2, 5))
+    x[0] = 100.0
+    return b
+
+
 @pytest.mark.parametrize("fn, args, error, words", [
     (squeeze_a_long_axis, (A0,), flowgrad.FlowgradError, "size not equal to one"),
     (split_unevenly, (X0,), flowgrad.FlowgradError, "equal division"),
@@ -451,6 +514,10 @@ def repeat_by_array(x):
     (diff_run_time_order, (X0, 1), flowgrad.UnsupportedError, "n known only at run time"),
     (bitwise_and_of_integers, (np.arange(3), np.arange(3)), flowgrad.UnsupportedError, "boolean masks"),
     (repeat_by_array, (X0,), flowgrad.UnsupportedError, "array of repeats"),
+    (variance_past_the_last_axis, (A0,), flowgrad.FlowgradError, "axis 2 is out of bounds"),
+    (concatenate_mismatched, (A0, X0), flowgrad.FlowgradError, "must match exactly"),
+    (interp_of_unequal_lengths, (X0,), flowgrad.FlowgradError, "not of the same length"),
+    (broadcast_then_write_the_source, (X0,), flowgrad.UnsupportedError, "np.broadcast_to"),
 ], ids=lambda v: getattr(v, "__name__", None))
 def test_refused_with_a_message(fn, args, error, words, backend):
     with pytest.raises(error) as excinfo:

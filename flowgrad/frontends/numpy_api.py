@@ -52,13 +52,25 @@ def _elementwise(fe, name, args, loc):
 # ---------------------------------------------------------------- reductions
 
 
+def axis_index(axis, ndim, loc):
+    """``axis`` (negative counting from the end) as a position in ``ndim`` axes; NumPy's error
+    outside them."""
+    if isinstance(axis, Expr):
+        raise unsupported(loc, "an axis known only at run time", "pass axis as a constant")
+    a = int(axis)
+    if not -ndim <= a < ndim:
+        raise FlowgradError(f"{loc}: axis {a} is out of bounds for array of dimension {ndim}")
+    return a % ndim
+
+
 def _axes(axis, ndim, loc):
     if axis is None:
         return None
-    if isinstance(axis, Expr):
-        raise unsupported(loc, "reduction over a run-time axis", "pass axis as a constant")
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    return tuple(sorted(int(a) % ndim for a in axes))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out = tuple(sorted(axis_index(a, ndim, loc) for a in axes))
+    if len(set(out)) != len(out):
+        raise FlowgradError(f"{loc}: duplicate value in 'axis'")
+    return out
 
 
 def reduce(fe, name, x, axis=None, keepdims=False, loc=None, dtype=None):
@@ -214,7 +226,10 @@ def _solve(fe, loc, a, b):
     b = b if isinstance(b, Read) else fe.materialize(b, "t", loc)
     if len(a.shape) != 2 or len(b.shape) not in (1, 2):
         raise unsupported(loc, "np.linalg.solve with batched operands", "solve one system per call")
-    out = fe.container("solve", np.result_type(a.dtype, b.dtype, np.float64), b.shape)
+    dt = np.result_type(a.dtype, b.dtype)
+    dt = dt if dt.kind == "f" else np.dtype(np.float64)
+    a, b = (e if e.dtype == dt else fe.materialize(op(dt.name, e), "t", loc) for e in (a, b))
+    out = fe.container("solve", dt, b.shape)
     fe.emit(Call("solve", [a, b], [out], loc=loc))
     return Read(Ref(out))
 
@@ -222,6 +237,7 @@ def _solve(fe, loc, a, b):
 def _norm(fe, loc, x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm: vector norms of any order; matrix norms 'fro', 1, -1, inf and -inf."""
     e = fe.to_expr(x, loc)
+    e = e if e.dtype.kind == "f" else op("float64", e)
     matrix = (axis is None and len(e.shape) == 2) or (isinstance(axis, tuple) and len(axis) == 2)
     if axis is None and len(e.shape) > 2 and ord is not None:
         raise FlowgradError(f"{loc}: Improper number of dimensions to norm.")
@@ -353,7 +369,9 @@ def _transpose(fe, loc, a, axes=None):
     if not isinstance(e, Read):
         e = fe.materialize(e, "t", loc)
     n = len(e.shape)
-    axes = tuple(reversed(range(n))) if axes is None else tuple(int(x) % n for x in axes)
+    axes = tuple(reversed(range(n))) if axes is None else tuple(axis_index(x, n, loc) for x in axes)
+    if sorted(axes) != list(range(n)):
+        raise FlowgradError(f"{loc}: axes {tuple(axes)} don't match the array's {n} dimensions")
     base = e.ref.perm or tuple(range(n))
     perm = tuple(base[p] for p in axes)
     return Read(Ref(e.ref.container, e.ref.items, None if perm == tuple(range(n)) else perm))
@@ -415,7 +433,7 @@ def stack_values(fe, values, axis, loc):
         raise FlowgradError(f"{loc}: cannot stack an empty sequence")
     shape = exprs[0].shape
     ndim = len(shape) + 1
-    axis = int(axis) % ndim
+    axis = axis_index(axis, ndim, loc)
     dt = np.result_type(*[e.dtype for e in exprs]) if any(not isinstance(e, Const) for e in exprs) else \
         np.result_type(*[e.value for e in exprs])
     out_shape = shape[:axis] + (Const(len(exprs)),) + shape[axis:]
@@ -436,7 +454,13 @@ def _concatenate(fe, loc, arrays, axis=0):
     if axis is None:
         exprs = [_ravel(fe, loc, e) for e in exprs]
         axis, ndim = 0, 1
-    axis = int(axis) % ndim
+    axis = axis_index(axis, ndim, loc)
+    for e in exprs:
+        if len(e.shape) != ndim or any(
+                k != axis and const_value(d) is not None and const_value(f) is not None and const_value(d) != const_value(f)
+                for k, (d, f) in enumerate(zip(e.shape, exprs[0].shape))):
+            raise FlowgradError(f"{loc}: all the input array dimensions except for the concatenation axis must "
+                                f"match exactly ({_shape_text(exprs[0])} and {_shape_text(e)}, axis {axis})")
     total = Const(0)
     for e in exprs:
         total = total + e.shape[axis]
@@ -449,6 +473,10 @@ def _concatenate(fe, loc, arrays, axis=0):
         fe.emit(Assign(Ref(c, items), e, loc=loc))
         off = off + e.shape[axis]
     return Read(Ref(c))
+
+
+def _shape_text(e):
+    return str(tuple(const_value(d) if const_value(d) is not None else "?" for d in e.shape))
 
 
 def _hstack(fe, loc, arrays):
@@ -465,7 +493,7 @@ def _vstack(fe, loc, arrays):
 def _flip(fe, loc, m, axis=None):
     e = fe.to_expr(m, loc)
     n = len(e.shape)
-    axes = range(n) if axis is None else [a % n for a in (axis if isinstance(axis, tuple) else (axis,))]
+    axes = range(n) if axis is None else _axes(axis, n, loc)
     idx = tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(n))
     return indexing.getitem(fe, e, idx, loc)
 
@@ -478,7 +506,7 @@ def _roll(fe, loc, a, shift, axis=None):
         flat = _roll(fe, loc, _ravel(fe, loc, e), shift, 0)
         return _reshape(fe, loc, flat, e.shape) if len(e.shape) != 1 else flat
     n = len(e.shape)
-    axis = axis % n
+    axis = axis_index(axis, n, loc)
     size = const_value(e.shape[axis])
     if size is None:
         raise unsupported(loc, "np.roll along an axis of run-time length", "slice explicitly")
@@ -518,7 +546,7 @@ def _cumsum(fe, loc, a, axis=None, dtype=None, out=None):
     if not isinstance(e, Read):
         e = fe.materialize(e, "t", loc)
     c = fe.container("cumsum", e.dtype, e.shape)
-    fe.emit(Call("cumsum", [e], [c], {"axis": int(axis) % len(e.shape)}, loc=loc))
+    fe.emit(Call("cumsum", [e], [c], {"axis": axis_index(axis, len(e.shape), loc)}, loc=loc))
     return Read(Ref(c))
 
 
@@ -600,9 +628,11 @@ def _scalar_cast(kind, python):
     ``np.float64(x)``/``np.int64(x)`` (a NumPy scalar, strong)."""
     def handler(fe, loc, x=0):
         if isinstance(x, Expr):
+            if not python:             # np.float32(a) of an array is the array converted
+                return op(kind, x)
             if x.shape != ():
                 raise FlowgradError(f"{loc}: only size-1 arrays can be converted to a Python scalar")
-            return _python_scalar(fe, op(kind, x), loc) if python else op(kind, x)
+            return _python_scalar(fe, op(kind, x), loc)
         return {"float64": float, "int64": int, "bool": bool}[kind](x) if python else CASTS[kind](x)
     return handler
 
@@ -655,6 +685,8 @@ _FUNCTIONS = {
     np.full: _full, np.full_like: _full_like, np.eye: _eye, np.identity: _eye,
     np.linalg.norm: _norm, np.linalg.solve: _solve, np.where: _where, np.clip: _clip,
     np.arange: _arange, np.float64: _scalar_cast("float64", False), np.int64: _scalar_cast("int64", False),
+    np.float32: _scalar_cast("float32", False), np.int32: _scalar_cast("int32", False),
+    np.bool_: _scalar_cast("bool", False),
     len: _len, max: _minmax("max", "max"), min: _minmax("min", "min"), abs: _abs,
     float: _scalar_cast("float64", True), int: _scalar_cast("int64", True), bool: _scalar_cast("bool", True),
     math.pow: _pow, pow: _pow,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import BOOL, I64, Assign, Call, Const, For, Expr, Read, Ref, const_value, op
+from ..ir.core import (BOOL, CASTS, I64, Assign, Call, Const, Expr, For, Read, Ref, const_value, is_weak, op,
+                       result_dtype)
 from . import indexing
-from .numpy_api import (_arange, _axes, _concatenate, _copy, _dtype_arg, _einsum, _eye,
+from .numpy_api import (_arange, _axes, axis_index, _concatenate, _copy, _dtype_arg, _einsum, _eye,
                         _reshape, _shape_arg, _solve, _transpose, reduce, stack_values)
 
 
@@ -60,7 +61,8 @@ def _float(x):
 def _var(fe, loc, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None, **kw):
     if out is not None or kw:
         raise unsupported(loc, "np.var/np.std with out=, where= or mean=", "compute it from np.mean and np.sum")
-    x = _float(fe.to_expr(a, loc))
+    x = fe.to_expr(a, loc)
+    x = _float(x) if dtype is None else op(_dtype_arg(dtype).name, x)
     axes = _axes(axis, len(x.shape), loc)
     d = op("subtract", x, reduce(fe, "mean", x, axis, True, loc))
     ddof = ddof if correction is None else correction
@@ -84,7 +86,7 @@ def _average(fe, loc, a, axis=None, weights=None, returned=False, *, keepdims=Fa
         if len(w.shape) != 1 or axis is None or isinstance(axis, tuple):
             raise FlowgradError(f"{loc}: np.average: weights of another shape than a need one axis and "
                                 "must be 1-D")
-        w = indexing.getitem(fe, w, _along(int(axis) % len(x.shape), len(x.shape), slice(None), None), loc)
+        w = indexing.getitem(fe, w, _along(axis_index(axis, len(x.shape), loc), len(x.shape), slice(None), None), loc)
     total = reduce(fe, "sum", op("multiply", x, w), axis, keepdims, loc)
     return op("divide", total, reduce(fe, "sum", w, axis, keepdims, loc))
 
@@ -105,7 +107,8 @@ def _nansum(fe, loc, a, axis=None, dtype=None, out=None, keepdims=False):
 def _nanmean(fe, loc, a, axis=None, dtype=None, out=None, keepdims=False):
     x = fe.to_expr(a, loc)
     count = reduce(fe, "sum", op("int64", op("logical_not", op("isnan", x))), axis, keepdims, loc)
-    return op("divide", reduce(fe, "sum", _nan_zero(x), axis, keepdims, loc), op("float64", count))
+    dt = x.dtype.name if x.dtype.kind == "f" else "float64"
+    return op("divide", reduce(fe, "sum", _nan_zero(x), axis, keepdims, loc), op(dt, count))
 
 
 def _counts(test):
@@ -134,8 +137,12 @@ def _sinc(fe, loc, x):
 
 def _heaviside(fe, loc, x1, x2):
     x, h0 = fe.to_expr(x1, loc), fe.to_expr(x2, loc)
+    dt = np.result_type(*[{"f": 0.0, "i": 0, "b": False}.get(e.dtype.kind, 0) if is_weak(e) else e.dtype
+                          for e in (x, h0)])
+    dt = dt if dt.kind == "f" else np.dtype(np.float64)
     step = op("where", op("less", x, 0), 0.0, op("where", op("greater", x, 0), 1.0, h0))
-    return op("where", op("isnan", x), x, step) if x.dtype.kind == "f" else step
+    step = op("where", op("isnan", x), x, step) if x.dtype.kind == "f" else step
+    return op(dt.name, step)
 
 
 def _trunc(fe, loc, x):
@@ -162,13 +169,17 @@ def _float_power(fe, loc, a, b):
 
 
 def _nan_to_num(fe, loc, x, copy=True, nan=0.0, posinf=None, neginf=None):
-    e = fe.to_expr(x, loc)
-    if e.dtype.kind != "f":
-        return e
-    big = float(np.finfo(e.dtype).max)
-    e = op("where", op("isnan", e), nan, e)
-    e = op("where", op("equal", e, np.inf), big if posinf is None else posinf, e)
-    return op("where", op("equal", e, -np.inf), -big if neginf is None else neginf, e)
+    x = fe.to_expr(x, loc)
+    e = x
+    if e.dtype.kind == "f":
+        big = float(np.finfo(e.dtype).max)
+        e = op("where", op("isnan", e), nan, e)
+        e = op("where", op("equal", e, np.inf), big if posinf is None else posinf, e)
+        e = op("where", op("equal", e, -np.inf), -big if neginf is None else neginf, e)
+    if not copy and isinstance(x, Read) and x.shape:
+        fe.write_ref(x.ref, e, loc)
+        return x
+    return fe.materialize(e, "nan_to_num", loc)
 
 
 def _isclose(fe, loc, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
@@ -201,10 +212,13 @@ def _polyval(fe, loc, p, x):
         if len(e.shape) != 1:
             raise FlowgradError(f"{loc}: np.polyval: the coefficients must be 1-D")
         coeffs = [indexing.getitem(fe, e, (k,), loc) for k in range(_const_int(e.shape[0], "len(p)", loc))]
-    y = op("multiply", fe.to_expr(x, loc), 0)
+    ex = fe.to_expr(x if isinstance(x, Expr) else np.float64(x) if isinstance(x, float) else x, loc)
+    dt = np.result_type(ex.dtype, *[fe.to_expr(c, loc).dtype if isinstance(c, Expr) else np.asarray(c).dtype
+                                    for c in coeffs])
+    y = op(dt.name, op("multiply", ex, 0))
     for c in coeffs:
-        y = op("add", op("multiply", y, x), fe.to_expr(c, loc))
-    return y
+        y = op("add", op("multiply", y, ex), fe.to_expr(c, loc) if isinstance(c, Expr) else np.asarray(c)[()])
+    return op(dt.name, y)
 
 
 # ---------------------------------------------------------------- shapes
@@ -213,7 +227,9 @@ def _polyval(fe, loc, p, x):
 def _expand_dims(fe, loc, a, axis):
     e = fe.to_expr(a, loc)
     n = len(e.shape) + (len(axis) if isinstance(axis, (tuple, list)) else 1)
-    axes = {int(k) % n for k in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+    axes = set(_axes(axis, n, loc))
+    if not e.shape:                            # a 0-d value: a new (1, ..., 1) array
+        return _broadcast_copy(fe, loc, e, (Const(1),) * n)
     return indexing.getitem(fe, e, tuple(None if k in axes else slice(None) for k in range(n)), loc)
 
 
@@ -226,7 +242,7 @@ def _squeeze(fe, loc, a, axis=None):
                               "name the axes to remove: np.squeeze(a, axis=...)")
         axes = {k for k, d in enumerate(e.shape) if const_value(d) == 1}
     else:
-        axes = {int(k) % n for k in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+        axes = set(_axes(axis, n, loc))
         for k in axes:
             if const_value(e.shape[k]) not in (1, None):
                 raise FlowgradError(f"{loc}: cannot select an axis to squeeze out which has size not equal "
@@ -244,7 +260,7 @@ def _atleast(ndim):
             e = fe.to_expr(a, loc)
             k = len(e.shape)
             if k == 0:         # NumPy: a scalar becomes a new (1, 1) array, a vector a (1, n) view
-                e = _broadcast_to(fe, loc, e, (Const(1),) * ndim)
+                e = _broadcast_copy(fe, loc, e, (Const(1),) * ndim)
             elif k < ndim:
                 e = indexing.getitem(fe, e, (None,) * (ndim - k) + (slice(None),) * k, loc)
             out.append(e)
@@ -252,7 +268,8 @@ def _atleast(ndim):
     return handler
 
 
-def _broadcast_to(fe, loc, array, shape, subok=False):
+def _broadcast_copy(fe, loc, array, shape):
+    """A new array of ``shape`` holding ``array`` broadcast to it."""
     e = fe.to_expr(array, loc)
     dims = _shape_arg(fe, shape, loc)
     indexing._check_value_shape(e.shape, dims, loc)
@@ -261,11 +278,24 @@ def _broadcast_to(fe, loc, array, shape, subok=False):
     return Read(Ref(c) if c.ndim else Ref(c, ()))
 
 
+def _broadcast_to(fe, loc, array, shape, subok=False):
+    """np.broadcast_to: NumPy's result is a read-only view; flowgrad's copy stands in for it, so a
+    later write into the source followed by a read of the result is refused, not missed."""
+    e = fe.to_expr(array, loc)
+    out = _broadcast_copy(fe, loc, e, shape)
+    if isinstance(e, Read):
+        indexing.stand_in(fe, out.ref.container, e.ref.container, "the result of np.broadcast_to", loc,
+                          "broadcast after the writes, or copy first (np.broadcast_to(x.copy(), shape))")
+    return out
+
+
 def _moveaxis(fe, loc, a, source, destination):
     e = fe.to_expr(a, loc)
     n = len(e.shape)
-    src = [int(s) % n for s in (source if isinstance(source, (tuple, list)) else (source,))]
-    dst = [int(d) % n for d in (destination if isinstance(destination, (tuple, list)) else (destination,))]
+    src = [axis_index(s, n, loc) for s in (source if isinstance(source, (tuple, list)) else (source,))]
+    dst = [axis_index(d, n, loc) for d in (destination if isinstance(destination, (tuple, list)) else (destination,))]
+    if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise FlowgradError(f"{loc}: np.moveaxis: source and destination must be distinct axes, as many of each")
     order = [k for k in range(n) if k not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
@@ -283,6 +313,8 @@ def _split_points(fe, e, sections, axis, loc, even):
     if isinstance(sections, (list, tuple, np.ndarray)):
         return [0] + [int(s) for s in sections] + [None]
     k = _const_int(sections, "the number of sections", loc)
+    if k <= 0:
+        raise FlowgradError(f"{loc}: number sections must be larger than 0.")
     size = _const_int(n, "the length of the split axis", loc)
     if even and size % k:
         raise FlowgradError(f"{loc}: array split does not result in an equal division ({size} into {k})")
@@ -297,7 +329,7 @@ def _split_points(fe, e, sections, axis, loc, even):
 def _splitter(even):
     def handler(fe, loc, ary, indices_or_sections, axis=0):
         e = fe.to_expr(ary, loc)
-        axis = int(axis) % len(e.shape)
+        axis = axis_index(axis, len(e.shape), loc)
         pts = _split_points(fe, e, indices_or_sections, axis, loc, even)
         return [indexing.getitem(fe, e, _along(axis, len(e.shape), slice(lo, hi)), loc)
                 for lo, hi in zip(pts[:-1], pts[1:])]
@@ -307,6 +339,8 @@ def _splitter(even):
 def _tile(fe, loc, A, reps):
     e = fe.to_expr(A, loc)
     reps = [_const_int(r, "reps", loc) for r in (reps if isinstance(reps, (tuple, list)) else (reps,))]
+    if any(r < 0 for r in reps):
+        raise FlowgradError(f"{loc}: np.tile: negative dimensions are not allowed (reps {tuple(reps)})")
     nd = max(len(reps), len(e.shape))
     reps = [1] * (nd - len(reps)) + reps
     e = indexing.getitem(fe, e, (None,) * (nd - len(e.shape)) + (slice(None),) * len(e.shape), loc)
@@ -314,7 +348,7 @@ def _tile(fe, loc, A, reps):
         return _copy(fe, loc, e)
     # (r0, n0, r1, n1, ...) filled by broadcasting, then merged pairwise
     spread = indexing.getitem(fe, e, tuple(x for _ in range(nd) for x in (None, slice(None))), loc)
-    big = _broadcast_to(fe, loc, spread, tuple(x for r, d in zip(reps, e.shape) for x in (Const(r), d)))
+    big = _broadcast_copy(fe, loc, spread, tuple(x for r, d in zip(reps, e.shape) for x in (Const(r), d)))
     return _reshape(fe, loc, big, tuple(Const(r) * d for r, d in zip(reps, e.shape)))
 
 
@@ -323,14 +357,18 @@ def _repeat(fe, loc, a, repeats, axis=None):
     if not isinstance(repeats, (int, np.integer)) and const_value(repeats) is None:
         raise unsupported(loc, "np.repeat with an array of repeats", "repeat by one constant count")
     r = _const_int(repeats, "repeats", loc)
+    if r < 0:
+        raise FlowgradError(f"{loc}: np.repeat: negative dimensions are not allowed ({r} repeats)")
+    if not e.shape:
+        return _broadcast_copy(fe, loc, e, (Const(r),))
     if axis is None:
         e, axis = _reshape(fe, loc, e, (_size(e),)) if len(e.shape) != 1 else e, 0
     nd = len(e.shape)
-    axis = int(axis) % nd
+    axis = axis_index(axis, nd, loc)
     spread = indexing.getitem(fe, e, tuple(slice(None) for _ in range(axis + 1)) + (None,) +
                               tuple(slice(None) for _ in range(axis + 1, nd)), loc)
     shape = e.shape[:axis + 1] + (Const(r),) + e.shape[axis + 1:]
-    big = _broadcast_to(fe, loc, spread, shape)
+    big = _broadcast_copy(fe, loc, spread, shape)
     return _reshape(fe, loc, big, e.shape[:axis] + (e.shape[axis] * r,) + e.shape[axis + 1:])
 
 
@@ -365,7 +403,7 @@ def _pad(fe, loc, array, pad_width, mode="constant", constant_values=0, **kw):
     if mode != "constant":
         for k, (b, a) in enumerate(widths):       # axis by axis, as NumPy fills the corners
             n = _const_int(e.shape[k], "the length of a padded axis", loc)
-            for lo, hi, src in _pad_sources(mode, n, b, a, loc):
+            for lo, hi, src in _pad_sources(mode if n > 1 else "edge", n, b, a, loc):
                 view = indexing.view(Ref(c), _along(k, nd, slice(lo, hi)), loc)
                 fe.emit(Assign(view, Read(indexing.view(Ref(c), _along(k, nd, src), loc)), loc=loc))
     return Read(Ref(c))
@@ -450,11 +488,17 @@ def _inner(fe, loc, a, b):
     ea, eb = fe.to_expr(a, loc), fe.to_expr(b, loc)
     if ea.shape == () or eb.shape == ():
         return op("multiply", ea, eb)
+    na, nb = const_value(ea.shape[-1]), const_value(eb.shape[-1])
+    if na is not None and nb is not None and na != nb:
+        raise FlowgradError(f"{loc}: np.inner: shapes {tuple(const_value(d) for d in ea.shape)} and "
+                            f"{tuple(const_value(d) for d in eb.shape)} not aligned: {na} != {nb}")
     return _tensordot(fe, loc, ea, eb, ([-1], [-1]))
 
 
 def _kron(fe, loc, a, b):
     ea, eb = fe.to_expr(a, loc), fe.to_expr(b, loc)
+    if not ea.shape or not eb.shape:
+        return fe.materialize(op("multiply", ea, eb), "kron", loc)
     nd = max(len(ea.shape), len(eb.shape))
     ea = indexing.getitem(fe, ea, (None,) * (nd - len(ea.shape)) + (slice(None),) * len(ea.shape), loc)
     eb = indexing.getitem(fe, eb, (None,) * (nd - len(eb.shape)) + (slice(None),) * len(eb.shape), loc)
@@ -513,7 +557,8 @@ def _inv(fe, loc, a):
     e = fe.to_expr(a, loc)
     if len(e.shape) != 2:
         raise unsupported(loc, "np.linalg.inv of a stack of matrices", "invert one matrix per call")
-    return _solve(fe, loc, e, _eye(fe, loc, e.shape[0]))
+    e = e if e.dtype.kind == "f" else op("float64", e)
+    return _solve(fe, loc, e, _eye(fe, loc, e.shape[0], dtype=e.dtype))
 
 
 # ---------------------------------------------------------------- sequences and grids
@@ -522,14 +567,18 @@ def _inv(fe, loc, a):
 def _diff(fe, loc, a, n=1, axis=-1, prepend=None, append=None):
     e = fe.to_expr(a, loc)
     nd = len(e.shape)
-    axis = int(axis) % nd
+    if nd == 0:
+        raise FlowgradError(f"{loc}: diff requires input that is at least one dimensional")
+    axis = axis_index(axis, nd, loc)
     n = _const_int(n, "n", loc)
+    if n < 0:
+        raise FlowgradError(f"{loc}: order must be non-negative but got {n}")
     parts = []
     for extra in (prepend, append):
         if extra is not None:
             x = fe.to_expr(extra, loc)
             if len(x.shape) == 0:
-                x = _broadcast_to(fe, loc, x, e.shape[:axis] + (Const(1),) + e.shape[axis + 1:])
+                x = _broadcast_copy(fe, loc, x, e.shape[:axis] + (Const(1),) + e.shape[axis + 1:])
             parts.append(x)
         else:
             parts.append(None)
@@ -547,6 +596,8 @@ def _linspace(fe, loc, start, stop, num=50, endpoint=True, retstep=False, dtype=
     if lo.shape or hi.shape:
         raise unsupported(loc, "np.linspace between arrays", "use scalar start and stop")
     num = fe.to_expr(num, loc)
+    if num.dtype.kind not in "iu":
+        raise FlowgradError(f"{loc}: np.linspace: num must be an integer, not {num.dtype}")
     if const_value(num) is not None and const_value(num) < 0:
         raise FlowgradError(f"{loc}: Number of samples, {const_value(num)}, must be non-negative.")
     div = op("subtract", num, 1) if endpoint else num
@@ -561,23 +612,31 @@ def _linspace(fe, loc, start, stop, num=50, endpoint=True, retstep=False, dtype=
     if endpoint:
         last = op("logical_and", op("equal", i, op("subtract", num, 1)), op("greater", num, 1))
         y = op("where", last, _float(hi), y)
-    if dtype is not None:
-        dt = _dtype_arg(dtype)
-        y = op({np.dtype(np.float32): "float32", I64: "int64"}.get(dt, "float64"),
-               op("floor", y) if dt.kind in "iu" else y)
+    dt = _dtype_arg(dtype) if dtype is not None else \
+        result_dtype([lo, hi, Const(0.0)], "float")          # NumPy: result_type(start, stop, float(num))
+    if dt.name not in CASTS:
+        raise unsupported(loc, f"np.linspace(dtype={dt})", "use float64, float32, int64 or int32")
+    if dt != np.float64:
+        y = op(dt.name, op("floor", y) if dt.kind in "iu" else y)
+    if retstep:
+        step = op("where", op("greater", op("subtract", num, 1) if endpoint else num, 0), step, np.nan)
     return (y, step) if retstep else y
 
 
 def _trapezoid(fe, loc, y, x=None, dx=1.0, axis=-1):
     e = fe.to_expr(y, loc)
     nd = len(e.shape)
-    axis = int(axis) % nd
+    axis = axis_index(axis, nd, loc)
     if x is None:
         d = fe.to_expr(dx, loc)
     else:
-        d = _diff(fe, loc, x)
-        if len(d.shape) == 1 and nd > 1:
-            d = indexing.getitem(fe, d, _along(axis, nd, slice(None), None), loc)
+        ex = fe.to_expr(x, loc)
+        if len(ex.shape) == 1:
+            d = _diff(fe, loc, ex)
+            if nd > 1:
+                d = indexing.getitem(fe, _read(fe, d, loc), _along(axis, nd, slice(None), None), loc)
+        else:
+            d = _diff(fe, loc, ex, axis=axis)
     hi = indexing.getitem(fe, e, _along(axis, nd, slice(1, None)), loc)
     lo = indexing.getitem(fe, e, _along(axis, nd, slice(None, -1)), loc)
     return reduce(fe, "sum", op("divide", op("multiply", d, op("add", hi, lo)), 2.0), axis, False, loc)
@@ -598,7 +657,7 @@ def _meshgrid(fe, loc, *xi, copy=True, sparse=False, **kw):
     out = []
     for k, v in enumerate(vecs):
         spread = indexing.getitem(fe, v, _along(where[k], n, slice(None), None), loc)
-        out.append(spread if sparse else _broadcast_to(fe, loc, spread, tuple(shape)))
+        out.append(spread if sparse else _broadcast_copy(fe, loc, spread, tuple(shape)))
     return out
 
 
@@ -613,7 +672,7 @@ def _take(fe, loc, a, indices, axis=None, out=None, mode=None):
     e = fe.to_expr(a, loc)
     if axis is None:
         e, axis = _flat(fe, loc, e), 0
-    axis = int(axis) % len(e.shape)
+    axis = axis_index(axis, len(e.shape), loc)
     idx = indices if isinstance(indices, (int, np.integer, Expr)) else fe.to_expr(indices, loc)
     return indexing.getitem(fe, e, (slice(None),) * axis + (idx,), loc)
 
@@ -632,7 +691,7 @@ def gather_along(fe, loc, e, idx, axis, grid):
     if len(idx.shape) != nd:
         raise FlowgradError(f"{loc}: indices and arr must have the same number of dimensions "
                             f"({len(idx.shape)} and {nd})")
-    axis = int(axis) % nd
+    axis = axis_index(axis, nd, loc)
     items = []
     for k in range(nd):
         if k == axis:
@@ -662,7 +721,7 @@ def _sort_axis(fe, loc, a, axis):
         e, axis = _flat(fe, loc, e), 0
     if not e.shape:
         raise FlowgradError(f"{loc}: axis {axis} is out of bounds for array of dimension 0")
-    axis = int(axis) % len(e.shape)
+    axis = axis_index(axis, len(e.shape), loc)
     return _read(fe, _moveaxis(fe, loc, e, axis, -1), loc), axis
 
 
@@ -673,6 +732,8 @@ def _sorted_last(fe, loc, last):
 def _sort(fe, loc, a, axis=-1, kind=None, order=None, *, stable=None):
     """np.sort: a gather by the sorting positions, so the gradient of each sorted value goes to
     the element it came from."""
+    if order is not None:
+        raise FlowgradError(f"{loc}: np.sort: order= names fields of a structured array; there are none")
     last, axis = _sort_axis(fe, loc, a, axis)
     return _moveaxis(fe, loc, _sorted_last(fe, loc, last), -1, axis)
 
@@ -690,7 +751,7 @@ def _sort_in_place(fe, loc, a, axis=-1, kind=None, order=None, *, stable=None):
     return None
 
 
-def _order_statistics(fe, loc, a, axis, keepdims, picks):
+def _order_statistics(fe, loc, a, axis, keepdims, picks, cast=True):
     """``picks(sorted values along the last axis, n)`` over ``axis``; NaN where a NaN is present
     (sorted last), as NumPy's median and quantile give."""
     if isinstance(axis, (tuple, list)):
@@ -698,7 +759,7 @@ def _order_statistics(fe, loc, a, axis, keepdims, picks):
     e = fe.to_expr(a, loc)
     last, ax = _sort_axis(fe, loc, e, axis)
     s = _sorted_last(fe, loc, last)
-    if s.dtype.kind != "f":
+    if s.dtype.kind != "f" and cast:
         s = fe.materialize(op("float64", s), "t", loc)
     n = _const_int(s.shape[-1], "the length of the axis", loc)
     if n == 0:
@@ -709,11 +770,14 @@ def _order_statistics(fe, loc, a, axis, keepdims, picks):
     values = picks(at, n)
     out = []
     for v in values if isinstance(values, list) else [values]:
-        v = op("where", op("isnan", at(n - 1)), np.nan, v)
+        if s.dtype.kind == "f":
+            v = op("where", op("isnan", at(n - 1)), np.nan, v)
         if keepdims:            # the reduced axis (every axis for axis=None) kept with length 1
-            keep = (None,) * len(e.shape) if axis is None else \
-                tuple(None if k == ax else slice(None) for k in range(len(e.shape)))
-            v = indexing.getitem(fe, _read(fe, v, loc), keep, loc)
+            if axis is None:
+                v = _broadcast_copy(fe, loc, v, (Const(1),) * len(e.shape))
+            else:
+                v = indexing.getitem(fe, _read(fe, v, loc),
+                                     tuple(None if k == ax else slice(None) for k in range(len(e.shape))), loc)
         out.append(v)
     return out if isinstance(values, list) else out[0]
 
@@ -761,7 +825,7 @@ def _quantile(fe, loc, a, q, axis=None, out=None, overwrite_input=False, method=
             else:
                 out.append(op("add", a_, op("multiply", op("subtract", b_, a_), gamma)))
         return out if qs.ndim else out[0]
-    values = _order_statistics(fe, loc, a, axis, keepdims, picks)
+    values = _order_statistics(fe, loc, a, axis, keepdims, picks, cast=method in ("linear", "midpoint"))
     return stack_values(fe, values, 0, loc) if isinstance(values, list) else values
 
 
@@ -776,7 +840,7 @@ def _searchsorted(fe, loc, a, v, side="left", sorter=None):
     if len(sa.shape) != 1:
         raise FlowgradError(f"{loc}: np.searchsorted: a must be 1-D")
     scalar = not ev.shape
-    vals = _read(fe, ev if not scalar else _broadcast_to(fe, loc, ev, (Const(1),)), loc)
+    vals = _read(fe, ev if not scalar else _broadcast_copy(fe, loc, ev, (Const(1),)), loc)
     c = fe.container("searchsorted", I64, vals.shape)
     fe.emit(Call("searchsorted", [_read(fe, sa, loc), vals], [c], {"side": side}, loc=loc))
     pos = Read(Ref(c))
@@ -794,6 +858,11 @@ def _interp(fe, loc, x, xp, fp, left=None, right=None, period=None):
         raise FlowgradError(f"{loc}: np.interp: xp and fp must be 1-D sequences")
     xp_r, fp_r = _read(fe, exp_, loc), _read(fe, efp, loc)
     n = xp_r.shape[0]
+    if const_value(n) is not None and const_value(fp_r.shape[0]) is not None and \
+            const_value(n) != const_value(fp_r.shape[0]):
+        raise FlowgradError(f"{loc}: np.interp: fp and xp are not of the same length")
+    if const_value(n) == 0:
+        raise FlowgradError(f"{loc}: np.interp: array of sample points is empty")
     first, last = (indexing.getitem(fe, fp_r, (k,), loc) for k in (0, -1))
     lval = first if left is None else fe.to_expr(left, loc)
     rval = last if right is None else fe.to_expr(right, loc)
@@ -865,7 +934,7 @@ def _cumprod(fe, loc, a, axis=None, dtype=None, out=None):
     if axis is None:
         e, axis = _flat(fe, loc, e), 0
     nd = len(e.shape)
-    axis = int(axis) % nd
+    axis = axis_index(axis, nd, loc)
     dt = e.dtype if dtype is None else _dtype_arg(dtype)
     dt = I64 if dt.kind in "bi" and dtype is None else dt
     c = fe.alloc("cumprod", dt, e.shape, loc, covered=True)
@@ -974,7 +1043,7 @@ FUNCTIONS = {
     np.all: _counts("all"), np.sinc: _sinc, np.heaviside: _heaviside, np.trunc: _trunc, np.fix: _trunc,
     np.deg2rad: _scaled(np.pi / 180.0), np.radians: _scaled(np.pi / 180.0),
     np.rad2deg: _scaled(180.0 / np.pi), np.degrees: _scaled(180.0 / np.pi),
-    np.reciprocal: _reciprocal, np.float_power: _float_power, np.positive: lambda fe, loc, x: fe.to_expr(x, loc),
+    np.reciprocal: _reciprocal, np.float_power: _float_power, np.positive: lambda fe, loc, x: fe.materialize(fe.to_expr(x, loc), "positive", loc),
     np.logical_xor: lambda fe, loc, a, b: op("not_equal", op("bool", fe.to_expr(a, loc)),
                                              op("bool", fe.to_expr(b, loc))),
     np.nan_to_num: _nan_to_num, np.isclose: _isclose, np.allclose: _allclose, np.select: _select,

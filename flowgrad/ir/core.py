@@ -173,7 +173,9 @@ class Const(Expr):
 
     def __init__(self, value, dtype=None, weak=None):
         if dtype is None:
-            if isinstance(value, (bool, np.bool_)):
+            if isinstance(value, np.generic):      # a NumPy scalar keeps its dtype (np.float32(2.0))
+                dtype = value.dtype
+            elif isinstance(value, (bool, np.bool_)):
                 dtype = BOOL
             elif isinstance(value, (int, np.integer)):
                 dtype = I64
@@ -370,6 +372,8 @@ _FOLD = {
 def op(name, *args, dtype=None) -> Expr:
     """Build an elementwise node, folding integer constants and trivial identities."""
     args = tuple(as_expr(a) for a in args)
+    if name in ("add", "multiply") and len(args) == 2 and all(a.dtype == BOOL for a in args):
+        name = "logical_or" if name == "add" else "logical_and"      # NumPy's bool + bool, bool * bool
     arity, kind = ELEMENTWISE[name]
     if len(args) != arity:
         raise TypeError(f"{name} takes {arity} operands")
@@ -395,33 +399,37 @@ def _fold(name, args, dt):
             return Const(r, dt, weak=all(a.weak for a in args))
     if len(args) == 2 and dt.kind in "iu":
         a, b = args
+        shape = broadcast_shapes(a.shape, b.shape)
+
+        def same(x):               # an operand that is the result as it is (bool * 1 is not: int64)
+            return x.dtype == dt and len(x.shape) == len(shape)
         if name in ("add", "subtract") and (vals[1] is not None or (name == "add" and vals[0] is not None)):
             x, c = (a, vals[1]) if vals[1] is not None else (b, vals[0])
             base, k = split_offset(x)
-            if k and base.dtype == dt:     # (i + 2) - 1 -> i + 1: equal extents compare equal
+            if k and same(base):     # (i + 2) - 1 -> i + 1: equal extents compare equal
                 k += c if name == "add" else -c
                 if k == 0:
                     return base
                 return Op("add" if k > 0 else "subtract", (base, Const(abs(k), dt, weak=True)), dt, base.shape)
         if name == "add":
-            if vals[0] == 0:
+            if vals[0] == 0 and same(b):
                 return b
-            if vals[1] == 0:
+            if vals[1] == 0 and same(a):
                 return a
-        if name == "subtract" and vals[1] == 0:
+        if name == "subtract" and vals[1] == 0 and same(a):
             return a
-        if name == "subtract":
+        if name == "subtract" and not shape:
             d = difference(a, b)          # (i + 32) - i -> 32: a window's extent is a constant
             if d is not None:
                 return Const(d, dt, weak=False)
         if name == "multiply":
-            if vals[0] == 1:
+            if vals[0] == 1 and same(b):
                 return b
-            if vals[1] == 1:
+            if vals[1] == 1 and same(a):
                 return a
-            if 0 in vals:
+            if 0 in vals and not shape:
                 return Const(0)
-        if name == "floor_divide" and vals[1] == 1:
+        if name == "floor_divide" and vals[1] == 1 and same(a):
             return a
     if name in ("maximum", "minimum") and len(args) == 2:
         # maximum(a, maximum(a, b)) -> maximum(a, b): sizes clipped twice compare equal
