@@ -220,6 +220,8 @@ OPS = {
     "clone_then_update": (Fn(_clone_then_update), R(2, 3)),
     "scalar_output": (Fn(lambda s, x: (x * x).sum()), R(3)),
     "expand": (Fn(lambda s, x: x[:, None, :].expand(3, 2, 4) * x.unsqueeze(1)), R(3, 4)),
+    "maximum_ties": (Fn(lambda s, x, y: torch.maximum(x, y) * 2 + torch.minimum(x, y.round()) + torch.maximum(x, x)),
+                     torch.tensor([[1.0, 2.0, -1.0], [0.5, 3.0, 3.0]]), torch.tensor([[1.0, 1.0, -1.0], [0.5, 4.0, 3.0]])),
     "expand_as": (Fn(lambda s, x, y: x[:, :1].expand_as(y) * y + y.sum(0).expand_as(y)), R(3, 4), R(3, 4, seed=1)),
     "gather": (Fn(lambda s, x, i: torch.gather(x, 1, i) * 2 + x.gather(0, i[:2, :3].clamp(max=2)).sum()),
                R(3, 4), torch.tensor([[0, 3, 3, 1], [2, 2, 0, 1], [1, 0, 3, 3]])),

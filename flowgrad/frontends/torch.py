@@ -37,6 +37,18 @@ def _binary(name):
     return handler
 
 
+def _extreme(name):
+    """torch.maximum / torch.minimum: where the operands tie, each gets half the gradient, as in
+    PyTorch (NumPy's rule, flowgrad's own, gives it all to the first)."""
+    def handler(b, input, other, **_):
+        x, y = b.to_expr(input), b.to_expr(other)
+        if np.result_type(x.dtype, y.dtype).kind != "f":
+            return op(name, x, y)
+        first, second = ("greater", "less") if name == "maximum" else ("less", "greater")
+        return op("where", op(first, x, y), x, op("where", op(second, x, y), y, x * 0.5 + y * 0.5))
+    return handler
+
+
 def _unary(name):
     return lambda b, input, **_: op(name, b.to_expr(input))
 
@@ -602,7 +614,7 @@ HANDLERS = {
     "exp2": _unary("exp2"), "logaddexp": _binary("logaddexp"), "atan2": _binary("arctan2"),
     "hypot": _binary("hypot"),
     "floor": _unary("floor"), "ceil": _unary("ceil"), "round": _unary("round"), "erf": _method("erf"),
-    "maximum": _binary("maximum"), "minimum": _binary("minimum"), "clamp": _clamp, "clip": _clamp,
+    "maximum": _extreme("maximum"), "minimum": _extreme("minimum"), "clamp": _clamp, "clip": _clamp,
     "clamp_min": lambda b, input, min, **_: _clamp(b, input, min=min),
     "clamp_max": lambda b, input, max, **_: _clamp(b, input, max=max), "where": _where,
     "masked_fill": _masked_fill, "eq": _binary("equal"), "ne": _binary("not_equal"), "lt": _binary("less"),
