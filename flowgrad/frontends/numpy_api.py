@@ -815,12 +815,12 @@ def call_method(fe, obj, name, args, kwargs, loc):
     return handler(fe, loc, obj, *args, **kwargs)
 
 
-from .numpy_composites import FUNCTIONS as _COMPOSITES, METHODS as _COMPOSITE_METHODS  # noqa: E402
-from .numpy_composites import scipy_functions  # noqa: E402
+from . import numpy_composites, numpy_order  # noqa: E402
 
-_scipy_functions = functools.lru_cache(maxsize=1)(scipy_functions)
+_scipy_functions = functools.lru_cache(maxsize=1)(numpy_order.scipy_functions)
+for _more in (numpy_composites, numpy_order):
+    _FUNCTIONS.update(_more.FUNCTIONS)
+    _METHODS.update(_more.METHODS)
 
-_FUNCTIONS.update(_COMPOSITES)
-_METHODS.update(_COMPOSITE_METHODS)
 
 __all__ = ["call_function", "call_method", "get_attribute", "stack_values", "scalar"]
