@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import FlowgradError, UnsupportedError
 from ..ir.core import Expr, Read, op
-from ..nn_ops import ModelProgram, NNBuilder
+from ..nn_builder import ModelProgram, NNBuilder
 
 
 class _NodeLoc:

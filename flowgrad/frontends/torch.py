@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import FlowgradError, Loc, UnsupportedError
 from ..ir.core import Assign, Expr, Read, Ref, iter_reads, op
-from ..nn_ops import REDUCTIONS, ModelProgram, NNBuilder
+from ..nn_builder import REDUCTIONS, ModelProgram, NNBuilder
 
 # ---------------------------------------------------------------- the op table
 # Each handler takes the builder and the op's arguments by schema name (values already IR
