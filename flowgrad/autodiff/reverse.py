@@ -262,9 +262,15 @@ class ReverseBuilder:
                 return self.adjoint_assign(s) + [self._restore(s, s.dst, depth)]
             return [self._restore(s, s.dst, depth)] + self.adjoint_assign(s)
         if isinstance(s, Call):
-            # A Call never writes its inputs, so its adjoint (which may read the outputs, e.g. max
-            # or solve) runs before the outputs are restored.
-            return self.adjoint_call(s) + [self._restore(s, Ref(c), depth) for c in s.outputs]
+            restores = [self._restore(s, Ref(c), depth) for c in s.outputs]
+            if CALLS[s.op].inplace:
+                # An in-place Call (``np.add.at(x, i, sin(x[:2]))``, ``y[idx] = f(y)``) read its
+                # output, and its inputs may read it too: like an Assign, its adjoint sees the
+                # memory as the call saw it. No in-place adjoint reads the value the call wrote.
+                return restores + self.adjoint_call(s)
+            # Any other Call writes whole fresh outputs its inputs cannot read, so its adjoint
+            # (which may read the outputs, e.g. max or solve) runs before they are restored.
+            return self.adjoint_call(s) + restores
         if isinstance(s, For):
             body = self.reverse_block(s.body, depth + 1)
             back = For(s.var, s.start, s.stop, s.step, body, reverse=not s.reverse, loc=s.loc)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, CASTS, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
-                       const_value, is_weak, op, scalar)
+                       const_value, is_weak, op, same_expr, scalar)
 from . import indexing
 
 # ---------------------------------------------------------------- elementwise
@@ -576,8 +576,12 @@ def _add_at(fe, loc, a, indices, b):
     spec, inputs, shape = indexing._gather_spec(fe, base, idx, loc)
     v = fe.to_expr(b, loc)
     indexing._check_value_shape(v.shape, shape, loc)
-    if not isinstance(v, (Read, Const)):
-        v = fe.materialize(v, "v", loc)
+    if not isinstance(v, Const) and not (isinstance(v, Read) and len(v.shape) == len(shape) and all(
+            same_expr(a, b) for a, b in zip(v.shape, shape))):
+        # NumPy broadcasts the values to what the index picks; the call adds one per position
+        c = fe.container("v", v.dtype, shape)
+        fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), v, loc=loc))
+        v = Read(Ref(c) if c.ndim else Ref(c, ()))
     fe.emit(Call("add_at", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape}, loc=loc))
     return None
 

@@ -105,7 +105,10 @@ def _substitute(u, c, e):
         new = replace_reads(u.expr, c, e)
         return None if new is None else Assign(u.dst, new, u.accumulate, u.loc)
     if isinstance(u, Call) and u.op in _ELEMENT_ONCE and len(e.shape) == len(c.shape) and \
-            all(same_expr(a, b) for a, b in zip(e.shape, c.shape)):
+            all(same_expr(a, b) for a, b in zip(e.shape, c.shape)) and \
+            not any(r.ref.container in u.outputs for r in iter_reads(e)):
+        # (``np.add.at(x, i, sin(x[:2]))``: ``e`` evaluated inside the call would read what the
+        # call has already written; its temporary keeps the values from before)
         inputs = [replace_reads(x, c, e) for x in u.inputs]
         if any(x is None for x in inputs):
             return None
