@@ -19,24 +19,8 @@ from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, CASTS, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads,
                        op, same_expr, same_ref, scalar, stmt_writes, walk)
 from . import indexing
-
-
-class Restart(Exception):
-    """Capture must start again (a scalar's dtype widened, or facts a proof relied on do not hold)."""
-
-
-class Escape:
-    """What a compiled statement may do to the rest of its block: break/continue/return."""
-
-    def __init__(self, flags=(), dead=False):
-        self.flags = list(flags)   # containers that, when set, skip the rest of the block
-        self.dead = dead           # the rest of the block can never run
-
-
-class LoopCtx:
-    def __init__(self):
-        self.brk = None      # bool container, created on the first break/return inside
-        self.cont = None
+from .control import Escape, LoopCtx, Restart, Scope
+from .pybuiltins import FUNCTIONS as BUILTINS, sequence
 
 
 class LoopStatements:
@@ -50,17 +34,28 @@ class LoopStatements:
         loc = frame.loc(node)
         if node.orelse:
             raise unsupported(loc, "for-else", "use a flag variable")
-        if not isinstance(node.target, ast.Name):
-            raise unsupported(loc, "for loop with a tuple target", "loop over range(...) and index arrays")
-        start, stop, step, reverse, element_of = self.loop_range(node.iter, frame, loc)
-        name = node.target.id
-        var = self.container(name if element_of is None else "i_" + name, I64, ())
+        key = (frame.fn, node.lineno, node.col_offset)
+        plan = self.loop_plan(node.iter, frame, loc)
+        if plan[0] == "items":
+            return self.for_sequence(node, frame, plan[1], loc)
+        if ("unroll",) + key in self.hints:        # its body grows a Python list: one pass at a time
+            return self.for_sequence(node, frame, _passes(plan), loc)
+        if plan[0] == "range":
+            _, start, stop, step, reverse = plan
+            element = None
+        else:
+            _, length, element = plan
+            start, stop, step, reverse = 0, length, 1, False
+        if element is None and not isinstance(node.target, ast.Name):
+            raise unsupported(loc, "unpacking an integer of range() in a for statement", "loop over range(...)")
+        name = node.target.id if isinstance(node.target, ast.Name) else None
+        var = self.container(name if element is None else "i_" + (name or "item"), I64, ())
         prev, prev_owned = frame.env.get(name), frame.owned.get(name)
         # Python's name is not the loop's counter: where the body rebinds it, or a break leaves
         # it at the value it had then, it lives in a scalar of its own, which keeps its earlier
         # value when the loop does not run
         held = None
-        if element_of is None and (name in _assigned_names(node.body) or _breaks(node.body)):
+        if element is None and (name in _assigned_names(node.body) or _breaks(node.body)):
             held = self.container(name, I64, ())
             if _is_int_value(prev):
                 self.emit(Assign(Ref(held, ()), self.to_expr(prev, loc), loc=loc))
@@ -70,19 +65,21 @@ class LoopStatements:
                 self.emit(Assign(Ref(held, ()), scalar(var), loc=loc))
                 self.facts.define(held, scalar(var))
                 frame.owned[name], frame.env[name] = held, scalar(held)
-            elif element_of is None:
+            elif element is None:
                 self.bind_loop_var(name, var, frame)
             else:
-                self.bind(name, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
+                self.assign(node.target, element(scalar(var)), frame, node)
         bounds = [self.to_expr(b, loc) for b in (start, stop, step)]
         before = dict(frame.env)
         entry = []
         hoist = ("hoisted checks", frame.fn, node.lineno, node.col_offset)
+        scope = dict(kind="for", key=key, trips=_trip_count(*bounds), vars=[v for v in (var, held) if v is not None])
 
         def enter():
             entry.append(self.facts.enter_loop(var, *bounds, hoist=hoist not in self.hints))
             return entry[-1]
-        stmts, esc, ctx = self.under_facts("loop", node, frame, enter, lambda: self.loop_body(node, frame, body_setup))
+        stmts, esc, ctx = self.under_facts("loop", node, frame, enter,
+                                           lambda: self.loop_body(node, frame, body_setup, scope=scope))
         checks = entry[-1].get("checks", []) if entry else []
         if checks:
             # moved ahead of the loop: right only if every pass runs the code that indexes, with
@@ -105,7 +102,7 @@ class LoopStatements:
         sign = op("sign", by) if k is None else (1 if k > 0 else -1)
         trips = op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
         self.keep_if_no_pass(frame, before, op("greater", trips, 0), loc)
-        if element_of is None and held is None:
+        if element is None and held is None:
             # after the loop the name holds the last value it took, or its earlier one
             last = begin if reverse else begin + (trips - 1) * by
             if _is_int_value(prev):
@@ -180,33 +177,71 @@ class LoopStatements:
         frame.owned[name] = var
         frame.env[name] = scalar(var)
 
-    def loop_range(self, it, frame, loc):
+    def loop_plan(self, it, frame, loc):
+        """What a ``for`` statement iterates over: ``("range", start, stop, step, reverse)``,
+        ``("elements", length, element)`` (run-time: ``element(k)`` is pass ``k``'s value, for arrays
+        and ``enumerate``/``zip`` of arrays and ranges) or ``("items", values)`` (a Python sequence
+        known at capture, unrolled)."""
         reverse = False
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "reversed" \
-                and self.lookup("reversed", frame, it) is builtins.reversed:
-            reverse = True
-            it = it.args[0]
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
-                and self.lookup("range", frame, it) is builtins.range:
-            if it.keywords or not 1 <= len(it.args) <= 3:
-                raise unsupported(loc, "range() form", "use range(stop), range(start, stop[, step])")
-            vals = [self.eval(a, frame) for a in it.args]
-            for v in vals:
-                if not (isinstance(v, (int, np.integer)) or isinstance(v, Expr) and v.shape == ()
-                        and v.dtype.kind in "iu"):
-                    raise unsupported(loc, "range() with a non-integer bound", "pass integers to range")
-            if len(vals) == 1:
-                vals = [0] + vals
-            if len(vals) == 2:
-                vals.append(1)
-            if const_value(self.to_expr(vals[2])) == 0:
-                raise FlowgradError(f"{loc}: range() step must not be zero")
-            return vals[0], vals[1], vals[2], reverse, None
+        if _is_builtin_call(self, it, frame, "reversed"):
+            inner = it.args[0] if len(it.args) == 1 else None
+            if inner is not None and _is_builtin_call(self, inner, frame, "range"):
+                return ("range",) + self.range_bounds(inner, frame, loc).bounds + (True,)
+        if _is_builtin_call(self, it, frame, "range"):
+            return ("range",) + self.range_bounds(it, frame, loc).bounds + (reverse,)
+        for word in ("enumerate", "zip"):
+            if _is_builtin_call(self, it, frame, word) and not any(isinstance(a, ast.Starred) for a in it.args):
+                parts = [self.range_bounds(a, frame, loc) if _is_builtin_call(self, a, frame, "range")
+                         else self.eval(a, frame) for a in it.args]
+                kwargs = {k.arg: self.eval(k.value, frame) for k in it.keywords}
+                runtime = all(isinstance(p, _Range) or isinstance(p, Expr) and p.shape
+                              for p in parts[:1 if word == "enumerate" else None])
+                if runtime and parts:
+                    return self.runtime_elements(word, parts, kwargs, loc)
+                values = [p.python(loc) if isinstance(p, _Range) else p for p in parts]
+                return ("items", BUILTINS[getattr(builtins, word)](self, loc, *values, **kwargs))
         seq = self.eval(it, frame)
         if isinstance(seq, Expr) and seq.shape:
-            return 0, seq.shape[0], 1, reverse, seq
-        raise unsupported(loc, "for loop over this iterable",
-                          "loop over range(...) (enumerate, zip and lists are not supported)")
+            return ("elements", seq.shape[0], lambda k: indexing.getitem(self, seq, (k,), loc))
+        return ("items", sequence(self, seq, loc, "a for loop"))
+
+    def range_bounds(self, it, frame, loc):
+        """The bounds of a ``range(...)`` call (Python ints or run-time scalars), as a ``_Range``."""
+        if it.keywords or not 1 <= len(it.args) <= 3:
+            raise unsupported(loc, "range() form", "use range(stop), range(start, stop[, step])")
+        vals = [self.eval(a, frame) for a in it.args]
+        for v in vals:
+            if not (isinstance(v, (int, np.integer)) or isinstance(v, Expr) and v.shape == ()
+                    and v.dtype.kind in "iu"):
+                raise unsupported(loc, "range() with a non-integer bound", "pass integers to range")
+        if len(vals) == 1:
+            vals = [0] + vals
+        if len(vals) == 2:
+            vals.append(1)
+        if const_value(self.to_expr(vals[2])) == 0:
+            raise FlowgradError(f"{loc}: range() step must not be zero")
+        return _Range(*vals)
+
+    def runtime_elements(self, word, parts, kwargs, loc):
+        """The ``("elements", ...)`` plan of ``enumerate``/``zip`` over arrays and ranges."""
+        start = kwargs.get("start", 0)
+        if word == "enumerate" and (len(parts) != 1 or isinstance(start, Expr)):
+            raise unsupported(loc, "this enumerate() form", "use enumerate(x) or enumerate(x, start) with a constant")
+        lengths, pickers = [], []
+        for p in parts:
+            if isinstance(p, _Range):
+                a, b, by = (self.to_expr(x, loc) for x in p.bounds)
+                lengths.append(_trips(a, b, by))
+                pickers.append(lambda k, a=a, by=by: a + k * by)
+            else:
+                lengths.append(p.shape[0])
+                pickers.append(lambda k, p=p: indexing.getitem(self, p, (k,), loc))
+        length = lengths[0]
+        for n in lengths[1:]:
+            length = op("minimum", length, n)
+        if word == "enumerate":
+            return ("elements", length, lambda k: (op("add", k, start) if start else k, pickers[0](k)))
+        return ("elements", length, lambda k: tuple(pick(k) for pick in pickers))
 
     def hoist_bounds(self, bounds, body, loc):
         """Loop bounds are evaluated once, before the loop: copy any the body may change."""
@@ -219,7 +254,7 @@ class LoopStatements:
             out.append(e)
         return out
 
-    def loop_body(self, node, frame, setup, extra_tail=None):
+    def loop_body(self, node, frame, setup, extra_tail=None, scope=None):
         """Compile a loop body, reconciling names it rebinds so every iteration runs the same code.
 
         A name the body reads and then rebinds (``x = f(x)``, ``u, v = v, u``) is loop-carried:
@@ -239,6 +274,7 @@ class LoopStatements:
             outer_log = self.reads_log
             self.reads_log = (frame, {})
             self.loop_reads.append(set())
+            self.rt_scopes.append(Scope(self.out[-1], frame, loc=frame.loc(node), **(scope or {"kind": "while"})))
             try:
                 def run():
                     setup()
@@ -248,6 +284,7 @@ class LoopStatements:
                     return esc
                 stmts, esc = self.collect(run)
             finally:
+                self.rt_scopes.pop()
                 frame.loops.pop()
                 self.loop_reads.pop()
                 log = self.reads_log[1]
@@ -399,6 +436,45 @@ class LoopStatements:
         flag = getattr(ctx, kind)
         self.emit(Assign(Ref(flag, ()), Const(True), loc=frame.loc(node)))
         return Escape([flag], dead=True)
+
+
+class _Range:
+    """The bounds of a ``range(...)`` in a ``for`` statement."""
+
+    def __init__(self, start, stop, step):
+        self.bounds = (start, stop, step)
+
+    def python(self, loc):
+        if any(isinstance(b, Expr) for b in self.bounds):
+            raise unsupported(loc, "range() of values known only at run time zipped with a Python list",
+                              "zip Python lists with ranges of constants, or loop over range() and index")
+        return range(*self.bounds)
+
+
+def _is_builtin_call(fe, node, frame, name):
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name \
+        and fe.lookup(name, frame, node) is getattr(builtins, name)
+
+
+def _trips(begin, end, by):
+    k = const_value(by)
+    sign = op("sign", by) if k is None else (1 if k > 0 else -1)
+    return op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
+
+
+def _trip_count(begin, end, by):
+    """The number of passes of ``range(begin, end, by)`` where known at capture, else None."""
+    return const_value(_trips(begin, end, by))
+
+
+def _passes(plan):
+    """The Python values of the passes of a run-time loop plan known at capture (to unroll it)."""
+    if plan[0] == "range":
+        _, a, b, by, reverse = plan
+        r = range(*(const_value(x) if isinstance(x, Expr) else x for x in (a, b, by)))
+        return list(r)[::-1] if reverse else list(r)
+    _, length, element = plan
+    return [element(k) for k in range(const_value(length) if isinstance(length, Expr) else length)]
 
 
 def _breaks(stmts):
