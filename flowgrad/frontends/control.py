@@ -3,6 +3,8 @@
 (loops and branches) open at the point being captured."""
 from __future__ import annotations
 
+from ..ir.core import Expr, Read, same_ref
+
 
 class Restart(Exception):
     """Capture must start again (a scalar's dtype widened, facts a proof relied on do not hold,
@@ -36,3 +38,17 @@ class Scope:
     def __init__(self, out, frame, kind, loc, key=None, trips=None, vars=()):
         self.out, self.frame, self.env = out, frame, dict(frame.env)
         self.kind, self.loc, self.key, self.trips, self.vars = kind, loc, key, trips, tuple(vars)
+
+
+def same_binding(a, b):
+    """Whether two bindings of a name are the same value (the same view, or equal Python values)."""
+    if a is b:
+        return True
+    if isinstance(a, Read) and isinstance(b, Read):
+        return same_ref(a.ref, b.ref)
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return False
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - arrays and odd objects compare badly
+        return False

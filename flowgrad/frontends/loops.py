@@ -18,8 +18,8 @@ import numpy as np
 from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, CASTS, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads,
                        op, same_expr, same_ref, scalar, stmt_writes, walk)
-from . import indexing
-from .control import Escape, LoopCtx, Restart, Scope
+from . import indexing, pytrees, pyvalues
+from .control import Escape, LoopCtx, Restart, Scope, same_binding
 from .pybuiltins import FUNCTIONS as BUILTINS, sequence
 
 
@@ -274,7 +274,8 @@ class LoopStatements:
             outer_log = self.reads_log
             self.reads_log = (frame, {})
             self.loop_reads.append(set())
-            self.rt_scopes.append(Scope(self.out[-1], frame, loc=frame.loc(node), **(scope or {"kind": "while"})))
+            here = Scope(self.out[-1], frame, loc=frame.loc(node), **(scope or {"kind": "while"}))
+            self.rt_scopes.append(here)
             try:
                 def run():
                     setup()
@@ -293,7 +294,7 @@ class LoopStatements:
                 for k, v in log.items():
                     if env0.get(k) is v:
                         outer_log[1].setdefault(k, v)
-            fix = self.reconcile(frame, env0, owned0, log, stmts, frame.loc(node))
+            fix = self.reconcile(frame, env0, owned0, log, stmts, frame.loc(node), here)
             if not fix:
                 if ctx.cont is not None:
                     stmts.insert(0, Assign(Ref(ctx.cont, ()), Const(False), loc=frame.loc(node)))
@@ -301,6 +302,9 @@ class LoopStatements:
             frame.env, frame.owned = env0, owned0
             for name in fix:
                 v = frame.env[name]
+                if pytrees.is_container(v):
+                    frame.env[name] = self.tree_storage(name, v, frame.loc(node))
+                    continue
                 wider = self.widen.pop(name, None)
                 frame.env[name] = self.materialize(v if wider is None else op(wider.name, self.to_expr(v)), name,
                                                    frame.loc(node))
@@ -315,12 +319,19 @@ class LoopStatements:
                           "(a scalar stays a scalar: start from np.zeros(shape) to accumulate arrays), "
                           "and a whole array rather than a view")
 
-    def reconcile(self, frame, env0, owned0, log, stmts, loc):
+    def reconcile(self, frame, env0, owned0, log, stmts, loc, loop=None):
         """Copy loop-carried rebinds back to their entry containers; returns names needing storage."""
-        carried = []
+        carried, trees = [], {}
         for name, v0 in env0.items():
             v1 = frame.env.get(name)
-            if _same_binding(v0, v1) and owned0.get(name) is frame.owned.get(name):
+            if same_binding(v0, v1) and owned0.get(name) is frame.owned.get(name):
+                continue
+            if pytrees.is_container(v0) or pytrees.is_container(v1):
+                leaves = self.carry_tree(name, v0, v1, loc, loop)
+                if leaves is None:
+                    return [name]
+                carried += leaves
+                trees[name] = v0
                 continue
             if name not in log or log[name] is not v0:
                 continue
@@ -369,18 +380,24 @@ class LoopStatements:
             if v.ref.container in dests:
                 stmts.append(Assign(Ref(c := self.container(name, v.dtype, v.shape)), v, loc=loc))
                 frame.env[name] = Read(Ref(c))
+        if trees:
+            pyvalues.copy_views_of(self, dests, list(trees.values()), stmts, loc)
         staged = []
         for name, v0, e1 in carried:
             src_containers = {r.ref.container for r in _reads(e1)}
             if src_containers & dests:
-                t = self.container(name + "_next", v0.dtype, v0.ref.container.shape)
+                t = self.container((name if isinstance(name, str) else name[0]) + "_next", v0.dtype,
+                                   v0.ref.container.shape)
                 stmts.append(Assign(Ref(t), e1, loc=loc))
                 e1 = Read(Ref(t))
             staged.append((v0, e1))
         for v0, e1 in staged:
             stmts.append(Assign(v0.ref, e1, loc=loc))
-        for name, v0, e1 in carried:
+        for name, v0 in trees.items():
             frame.env[name] = v0
+        for name, v0, e1 in carried:
+            if not isinstance(name, tuple):
+                frame.env[name] = v0
             if isinstance(e1, Read) and e1.ref.is_whole() and e1.ref.container is not v0.ref.container:
                 # another name bound to the new value (``z = y`` after ``y = y + 1.0``) is the same
                 # array as the carried name, which is now that value's storage
@@ -388,6 +405,50 @@ class LoopStatements:
                     if other not in carried_names and isinstance(w, Read) and w.ref.container is e1.ref.container:
                         frame.env[other] = Read(Ref(v0.ref.container, w.ref.items, w.ref.perm))
         return []
+
+    def carry_tree(self, name, v0, v1, loc, loop):
+        """The leaves of Python container ``name`` that a loop body rebinds (``state = step(state)``)
+        as ``(key, storage, new value)`` to copy back at the end of each pass, like loop-carried
+        arrays; None where its leaves need storage of their own first (``tree_storage``). A
+        container of another structure, or one bound to something else, cannot be carried: the
+        loop is unrolled where capture may, else refused."""
+        if not (pytrees.is_container(v0) and pytrees.is_container(v1)) or \
+                pytrees.structure(self, v0, loc) != pytrees.structure(self, v1, loc):
+            pyvalues.unroll(self, loop, loc, f"rebinding {name!r} to Python values of different structures")
+        l0, _ = pytrees.flatten_runtime(self, v0, loc)
+        l1, _ = pytrees.flatten_runtime(self, v1, loc)
+        out, seen = [], set()
+        for k, (a, b) in enumerate(zip(l0, l1)):
+            if same_binding(a, b):
+                continue
+            if not (isinstance(a, Read) and a.ref.is_whole() and a.ref.container in self.carry_storage) or \
+                    a.ref.container in seen:
+                return None
+            seen.add(a.ref.container)
+            e1 = self.to_expr(b, loc)
+            wider = np.result_type(a.dtype, e1.dtype)
+            if wider != a.dtype and wider.name in CASTS:
+                self.widen[(name, k)] = wider
+                return None
+            if len(e1.shape) != a.ref.container.ndim or any(
+                    const_value(x) is not None and const_value(y) is not None and const_value(x) != const_value(y)
+                    for x, y in zip(e1.shape, a.ref.container.shape)):
+                raise unsupported(loc, f"an array in {name!r} changing shape inside a loop",
+                                  "preallocate the array with its final shape and fill it in place")
+            out.append(((name, k), a, e1))
+        return out
+
+    def tree_storage(self, name, v, loc):
+        """``v`` rebuilt before a loop with each leaf copied into storage of its own (``carry_tree``)."""
+        leaves, tree = pytrees.flatten_runtime(self, v, loc)
+        new = []
+        for k, e in enumerate(leaves):
+            wider = self.widen.pop((name, k), None)
+            e = self.to_expr(e, loc)
+            r = self.materialize(e if wider is None else op(wider.name, e), name, loc)
+            self.carry_storage.add(r.ref.container)
+            new.append(r)
+        return pytrees.build_value(self, tree, new)
 
     def emit_loop_prologue(self, ctx, loc):
         if ctx.brk is not None:
@@ -507,16 +568,3 @@ def _assigned_names(stmts):
 
 def _reads(e):
     return list(iter_reads(e))
-
-
-def _same_binding(a, b):
-    if a is b:
-        return True
-    if isinstance(a, Read) and isinstance(b, Read):
-        return same_ref(a.ref, b.ref)
-    if isinstance(a, Expr) or isinstance(b, Expr):
-        return False
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and odd objects compare badly
-        return False

@@ -18,6 +18,7 @@ import inspect
 import types
 
 from ..errors import unsupported
+from ..pytree import is_namedtuple
 from .closures import MethodValue
 from .pyvalues import ObjectValue, check_mutable, freeze, made
 
@@ -75,6 +76,9 @@ def get_attr(fe, obj, attr, loc):
         if attr == "__class__":
             return True, obj.cls
         return True, _class_attribute(fe, obj.cls, obj, attr, loc)
+    if is_namedtuple(obj) and attr in type(obj)._fields:
+        value = obj[type(obj)._fields.index(attr)]
+        return True, value if fe.pyobjs.get(obj) is not None else fe.outside(value)
     if isinstance(obj, type) and is_user_class(obj):
         raw = inspect.getattr_static(obj, attr, _MISSING)
         if raw is _MISSING:

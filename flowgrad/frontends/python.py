@@ -24,10 +24,10 @@ from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If,
                        const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, substitute)
 from ..ir.ranges import Facts
 from .. import pytree
-from . import Captured, closures, indexing, objects, pybuiltins, pytrees, pyvalues
+from . import Captured, closures, indexing, library, objects, pybuiltins, pytrees, pyvalues
 from .closures import LocalFunction, MethodValue
-from .control import Escape, Restart, Scope
-from .loops import LoopStatements, _same_binding
+from .control import Escape, Restart, Scope, same_binding
+from .loops import LoopStatements
 from .numpy_api import call_function, call_method, get_attribute
 from .pyvalues import ObjectValue, Registry, freeze, made
 from .unrolled import UnrolledStatements
@@ -128,6 +128,7 @@ class Frontend(LoopStatements, UnrolledStatements):
         self.arg_leaves = {}     # pytree argument name -> (TreeDef, container per run-time leaf)
         self.param_sources = []  # per entry of params: (argument name, leaf index or None)
         self.result_layout = None  # a pytree result's ``pytrees.ResultLayout``
+        self.carry_storage = set()  # containers made to carry a Python container's leaves across a loop
 
     # ----------------------------------------------------------- containers and statements
 
@@ -591,7 +592,7 @@ class Frontend(LoopStatements, UnrolledStatements):
             if esc_b.dead:
                 vb = va
             ca, cb = owned_a.get(name), owned_b.get(name)
-            if _same_binding(va, vb) and ca is cb:
+            if same_binding(va, vb) and ca is cb:
                 env[name] = va
                 if ca is not None:
                     owned[name] = ca
@@ -904,8 +905,27 @@ class Frontend(LoopStatements, UnrolledStatements):
         sides = []
         for what, fn, holds in (("then", then, True), ("else", orelse, False)):
             sides.append(self.under_facts(what, node, frame, lambda h=holds: self.facts.enter_branch(test, h),
-                                          lambda f=fn: self.branch(frame, loc, lambda: self.to_expr(f(), loc))))
+                                          lambda f=fn: self.branch(frame, loc, lambda: self._side(f(), loc))))
         (s1, a), (s2, b) = sides
+        if pytrees.is_container(a) or pytrees.is_container(b):
+            if not (pytrees.is_container(a) and pytrees.is_container(b)):
+                raise unsupported(loc, "a choice between a Python container and another kind of value",
+                                  "give both sides the same kind of value")
+
+            def join(k, ea, eb):
+                ea, eb = self.to_expr(ea, loc), self.to_expr(eb, loc)
+                if len(ea.shape) != len(eb.shape):
+                    raise unsupported(loc, "a choice between arrays of different shapes (its shape would depend "
+                                           "on the run-time test)", "give both sides the same shape")
+                m = self.container("pick", result_dtype([ea, eb], "same"), ea.shape or eb.shape,
+                                   weak=is_weak(ea) and is_weak(eb))
+                ref = Ref(m) if m.ndim else Ref(m, ())
+                s1.append(Assign(ref, ea, loc=loc))
+                s2.append(Assign(ref, eb, loc=loc))
+                return Read(ref)
+            value = pytrees.merge(self, "a conditional expression", a, b, loc, join)
+            self.emit(If(test, s1, s2, loc))
+            return value
         if a.shape and b.shape and (len(a.shape) != len(b.shape) or any(
                 const_value(p) is not None and const_value(q) is not None and const_value(p) != const_value(q)
                 for p, q in zip(a.shape, b.shape))):
@@ -923,6 +943,9 @@ class Frontend(LoopStatements, UnrolledStatements):
                 indexing.stand_in(self, m, e.ref.container, "a conditional expression's value, another "
                                   "array's memory on one side", loc, "copy that side (np.copy(...))")
         return Read(ref)
+
+    def _side(self, v, loc):
+        return v if pytrees.is_container(v) else self.to_expr(v, loc)
 
     def truth(self, v, loc):
         """The truth value of ``v``: a Python bool, or a run-time scalar boolean expression."""
@@ -995,7 +1018,7 @@ class Frontend(LoopStatements, UnrolledStatements):
         if fn is builtins.print:
             _warn_print(loc)
             return None
-        handler = pybuiltins.handler_for(fn)
+        handler = pybuiltins.handler_for(fn) or library.handler_for(fn)
         if handler is not None:
             return handler(self, loc, *args, **kwargs)
         owner = getattr(fn, "__self__", None)

@@ -20,7 +20,7 @@ import numpy as np
 from .. import pytree
 from ..errors import InputError, unsupported
 from ..ir.core import CASTS, Const, Expr, const_value, op
-from .loops import _same_binding
+from .control import same_binding
 from .numpy_api import call_function, stack_values
 from .pyvalues import ObjectValue
 
@@ -177,6 +177,11 @@ def flatten_runtime(fe, v, loc):
     return out_leaves, walk(tree)
 
 
+def structure(fe, v, loc):
+    """A hashable description of a captured value's structure (not its leaves)."""
+    return flatten_runtime(fe, v, loc)[1].key()
+
+
 def build_value(fe, tree, leaves):
     """The captured value of structure ``tree`` holding ``leaves`` (made here: a new list, tuple,
     dict or ``ObjectValue``)."""
@@ -205,7 +210,7 @@ def merge(fe, name, va, vb, loc, join):
     if ta.key() != tb.key():
         raise unsupported(loc, f"name {name!r} bound to Python values of different structures on different paths",
                           "give it the same kind of value (the same tuple/list/dict structure) on every path")
-    leaves = [a if _same_binding(a, b) else join(k, a, b) for k, (a, b) in enumerate(zip(la, lb))]
+    leaves = [a if same_binding(a, b) else join(k, a, b) for k, (a, b) in enumerate(zip(la, lb))]
     if all(x is y for x, y in zip(leaves, la)) and va is not None:
         return va
     return build_value(fe, ta, leaves)

@@ -176,6 +176,29 @@ def protect(fe, c, loc):
         rewrite(fe, obj, lambda e, w: rewrite_expr(e, w), memo, stack)
 
 
+def copy_views_of(fe, dests, keep, stmts, loc):
+    """At the end of a loop pass, before the containers ``dests`` are written back: values in
+    names and Python containers (but the containers ``keep``) that read them get copies, taken
+    into ``stmts`` now (they are the arrays as they were in this pass)."""
+    copies, memo = {}, {id(k): k for k in keep}
+
+    def fn(e, stack):
+        if not isinstance(e, Read) or e.ref.container not in dests:
+            return e
+        c = e.ref.container
+        if c not in copies:
+            copies[c] = fe.container(c.name + "_pass", c.dtype, c.shape)
+            stmts.append(Assign(Ref(copies[c]) if c.ndim else Ref(copies[c], ()), Read(Ref(c) if c.ndim else Ref(c, ())),
+                                loc=loc))
+        return Read(Ref(copies[c], e.ref.items, e.ref.perm))
+    for f in fe.frames:
+        for name, v in list(f.env.items()):
+            if not isinstance(v, Expr):
+                f.env[name] = rewrite(fe, v, fn, memo, ())
+    for obj, stack, _ in fe.pyobjs:
+        rewrite(fe, obj, fn, memo, stack)
+
+
 def rewrite(fe, v, fn, memo, stack):
     """``v`` with every IR value ``e`` in it replaced by ``fn(e, stack)``: lists, dicts and objects the
     capture made are changed in place, tuples rebuilt (``stack``: the loops open where ``v`` was

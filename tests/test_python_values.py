@@ -1,0 +1,235 @@
+"""Python containers hold values, not names (a silent wrong value before: ``r = [t]; t = b``
+read ``r[0]`` as ``b``).
+
+Each form is checked forward (``jit`` against plain NumPy) and, where it has floats to
+differentiate, its gradient against finite differences, on both backends.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import flowgrad
+from oracle import check_forward, check_grad
+from tree_oracle import check_tree_forward
+
+
+def rebind_after_list(a, b):
+    t = a
+    r = [t]
+    t = b
+    return r[0]
+
+
+def rebind_after_tuple(a, b):
+    t = a
+    r = (t, 1.0)
+    t = b
+    return r[0] + 10.0 * r[1]
+
+
+def element_then_rebind(x):
+    a = x[0]
+    r = [a]
+    a = x[1]
+    return r[0] + 0.0 * a
+
+
+def element_then_write(x):
+    r = [x[0] * 2.0]
+    x[0] = 5.0
+    return r[0] + x[0]
+
+
+def element_read_then_write(x):
+    r = [x[0]]
+    x[0] = 5.0
+    return r[0] * x[1]
+
+
+def expression_then_rebind(a, b):
+    t = a
+    r = [t * 2.0, t + b]
+    t = 3.0
+    return r[0] + r[1] * t
+
+
+def nested_containers(a, b):
+    t = a
+    r = [[t], {"k": (t, b)}]
+    t = b * b
+    return r[0][0] + 10.0 * r[1]["k"][0] + t
+
+
+def dict_value_then_rebind(a, b):
+    t = a
+    d = {"t": t}
+    d["s"] = t * t
+    t = b
+    return d["t"] + d["s"] + t
+
+
+def append_then_rebind(x):
+    out = []
+    v = x[0]
+    out.append(v)
+    v = x[1]
+    out.append(v)
+    v = x[2]
+    return out[0] + 2.0 * out[1] + 3.0 * v
+
+
+def list_of_rows_in_a_loop(X, means):
+    rows = []
+    for k in range(means.shape[0]):
+        d = X - means[k]
+        rows.append(-0.5 * np.sum(d * d, axis=1))
+    return np.sum(np.stack(rows) ** 2)
+
+
+def scalars_in_a_loop_list(x):
+    acc = []
+    s = 0.0
+    for k in range(3):
+        s = s + x[k]
+        acc.append(s)
+    return acc[0] + 2.0 * acc[1] + 3.0 * acc[2]
+
+
+def held_before_a_run_time_loop(a, b, n):
+    t = a
+    r = [t]
+    for i in range(n):
+        t = t + b
+    return r[0] * 3.0 + t
+
+
+def held_before_a_branch(a, b):
+    t = a
+    r = (t, 2.0)
+    if b > 0.0:
+        t = b
+    return r[0] * r[1] + t
+
+
+def view_bound_before_a_loop(X, k, n):
+    y = X[k]
+    for i in range(n):
+        k = k + 1
+    return np.sum(y * y)
+
+
+def view_in_a_list_before_a_loop(X, k, n):
+    views = [X[k]]
+    for i in range(n):
+        k = k + 1
+    return np.sum(views[0] * views[0])
+
+
+@dataclass
+class Box:
+    value: float
+
+
+def object_attribute_then_rebind(a, b):
+    t = a
+    box = Box(t)
+    t = b
+    return box.value * 2.0 + t
+
+
+def shape_tuple_keeps_symbol(x, n):
+    shape = (n, 2)
+    z = np.zeros(shape)
+    w = np.ones((n, 2))
+    return np.sum((z + w) * x[0])
+
+
+def shape_then_rebind(x, n):
+    shape = (n, 2)
+    n = n + 1
+    z = np.ones(shape)
+    return np.sum(z) * x[0] + n
+
+
+def floats():
+    return 0.7, -1.3
+
+
+U3 = np.array([0.5, -1.5, 2.0])
+X = np.random.default_rng(0).standard_normal((5, 2))
+MEANS = np.random.default_rng(1).standard_normal((3, 2))
+XX = np.arange(20.0).reshape(5, 4) / 10.0
+
+CASES = [
+    pytest.param(rebind_after_list, floats, (0, 1), id="list-rebind"),
+    pytest.param(rebind_after_tuple, floats, (0, 1), id="tuple-rebind"),
+    pytest.param(element_then_rebind, lambda: (U3.copy(),), 0, id="element-rebind"),
+    pytest.param(element_then_write, lambda: (U3.copy(),), 0, id="element-expression-then-write"),
+    pytest.param(element_read_then_write, lambda: (U3.copy(),), 0, id="element-read-then-write"),
+    pytest.param(expression_then_rebind, floats, (0, 1), id="expression-rebind"),
+    pytest.param(nested_containers, floats, (0, 1), id="nested"),
+    pytest.param(dict_value_then_rebind, floats, (0, 1), id="dict"),
+    pytest.param(append_then_rebind, lambda: (U3.copy(),), 0, id="append"),
+    pytest.param(list_of_rows_in_a_loop, lambda: (X, MEANS), (0, 1), id="rows-in-a-loop"),
+    pytest.param(scalars_in_a_loop_list, lambda: (U3.copy(),), 0, id="scalars-in-a-loop"),
+    pytest.param(held_before_a_run_time_loop, lambda: (0.7, -1.3, 3), (0, 1), id="before-run-time-loop"),
+    pytest.param(held_before_a_branch, lambda: (0.7, 1.3), (0, 1), id="before-branch-taken"),
+    pytest.param(held_before_a_branch, lambda: (0.7, -1.3), (0, 1), id="before-branch-not-taken"),
+    pytest.param(object_attribute_then_rebind, floats, (0, 1), id="object"),
+]
+
+
+@pytest.mark.parametrize("fn, make, wrt", CASES)
+def test_value_held_by_container(fn, make, wrt, backend):
+    check_forward(fn, make(), backend=backend)
+    check_grad(fn, make(), wrt=wrt, backend=backend)
+
+
+def test_silent_wrong_value_of_the_report(backend):
+    assert flowgrad.jit(rebind_after_list, backend=backend)(1.0, 2.0) == 1.0
+    assert flowgrad.grad(rebind_after_list, wrt=(0, 1), backend=backend)(1.0, 2.0) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("fn", [view_bound_before_a_loop, view_in_a_list_before_a_loop])
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_view_made_before_a_loop_keeps_its_bounds(fn, n, backend):
+    check_forward(fn, (XX, 0, n), backend=backend)
+    check_grad(fn, (XX.copy(), 0, n), wrt=0, backend=backend)
+
+
+def test_shape_symbols_stay_symbols(backend):
+    # (n, 2) held in a tuple is the same shape as np.ones((n, 2)): no copy of n, no size check
+    g = flowgrad.jit(shape_tuple_keeps_symbol, backend="numpy")
+    assert "_was" not in g.ir(U3, 4)
+    check_forward(shape_tuple_keeps_symbol, (U3, 4), backend=backend)
+    check_forward(shape_then_rebind, (U3, 4), backend=backend)
+
+
+def test_integer_shape_in_a_list_rebound(backend):
+    def f(x, n):
+        sizes = [n]
+        n = n * 2
+        return np.sum(np.ones(sizes[0]) * x[0]) + n
+    check_forward(f, (U3, 3), backend=backend)
+
+
+def test_conditional_expression_of_containers(backend):
+    def f(a, b):
+        pair = (a, b) if a > b else (b, a)
+        return pair[0] - 2.0 * pair[1]
+    for args in [(0.7, -1.3), (-0.7, 1.3)]:
+        check_forward(f, args, backend=backend)
+        check_grad(f, args, wrt=(0, 1), backend=backend)
+
+
+def test_branches_binding_containers(backend):
+    def f(x, c):
+        if c > 0.0:
+            state = {"u": x * 2.0, "n": 1.0}
+        else:
+            state = {"u": x - 1.0, "n": 2.0}
+        return np.sum(state["u"]) * state["n"]
+    for c in (1.0, -1.0):
+        check_tree_forward(f, (U3, c), backend=backend)
+        check_grad(f, (U3, c), wrt=0, backend=backend)
