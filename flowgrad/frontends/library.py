@@ -15,6 +15,10 @@ import types
 import numpy as np
 
 
+# the modules holding such source (their functions call each other, inlined too)
+SOURCE_MODULES = ("flowgrad.frontends.library", "flowgrad.frontends.scipy_stats")
+
+
 def append(arr, values, axis=None):
     if axis is None:
         return np.concatenate((np.ravel(arr), np.ravel(values)))
@@ -33,8 +37,8 @@ def atleast_3d(a):
 
 
 def _inlined(fn):
-    def handler(fe, loc, *args, **kwargs):
-        return fe.inline(fn, list(args), kwargs, loc)
+    def handler(fe, where, /, *args, **kwargs):      # positional-only: a keyword may be called loc
+        return fe.inline(fn, list(args), kwargs, where)
     return handler
 
 

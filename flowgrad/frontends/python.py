@@ -13,6 +13,9 @@ import ast
 import builtins
 import contextlib
 import inspect
+import os
+import sys
+import sysconfig
 import textwrap
 import types
 import warnings
@@ -48,7 +51,6 @@ _UNSUPPORTED_NODES = {
     ast.ImportFrom: ("import statement", "import modules at module level"),
     ast.Delete: ("del statement", "let names go out of scope instead"),
     ast.JoinedStr: ("f-string", "format strings outside the differentiated function"),
-    ast.Starred: ("starred expression", "pass arguments explicitly"),
 }
 if hasattr(ast, "TryStar"):
     _UNSUPPORTED_NODES[ast.TryStar] = _UNSUPPORTED_NODES[ast.Try]
@@ -1002,6 +1004,9 @@ class Frontend(LoopStatements, UnrolledStatements):
         return args, kwargs
 
     def call(self, fn, args, kwargs, loc, name):
+        handler = pybuiltins.handler_for(fn) or library.handler_for(fn)
+        if handler is not None:
+            return handler(self, loc, *args, **kwargs)
         if isinstance(fn, MethodValue):
             return self.inline(fn.func, [fn.self_value] + list(args), kwargs, loc)
         if isinstance(fn, LocalFunction) or isinstance(fn, types.FunctionType) and not _is_library(fn):
@@ -1018,9 +1023,6 @@ class Frontend(LoopStatements, UnrolledStatements):
         if fn is builtins.print:
             _warn_print(loc)
             return None
-        handler = pybuiltins.handler_for(fn) or library.handler_for(fn)
-        if handler is not None:
-            return handler(self, loc, *args, **kwargs)
         owner = getattr(fn, "__self__", None)
         if owner is not None and not isinstance(owner, (types.ModuleType, type, np.ufunc)) and \
                 (getattr(type(owner), "__module__", None) or "").split(".")[0] not in _OP_TABLE_MODULES:
@@ -1155,8 +1157,21 @@ def _call_name(func):
 
 
 def _is_library(fn):
-    mod = getattr(fn, "__module__", "") or ""
-    return mod.split(".")[0] in ("numpy", "scipy", "math", "builtins", "jax", "torch", "flowgrad")
+    if getattr(fn, "__module__", None) in library.SOURCE_MODULES:
+        return False                 # flowgrad's NumPy source of a library function: inlined
+    mod = (getattr(fn, "__module__", "") or "").split(".")[0]
+    return mod in ("numpy", "scipy", "math", "builtins", "jax", "torch", "flowgrad") or _is_stdlib(mod)
+
+
+_STDLIB = os.path.normcase(sysconfig.get_paths()["stdlib"])
+
+
+def _is_stdlib(module_name):
+    """Python's own library (``dataclasses``, ``functools``): its functions are not inlined."""
+    if module_name not in sys.stdlib_module_names:
+        return False
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    return path is None or os.path.normcase(os.path.abspath(path)).startswith(_STDLIB)
 
 
 def _union(a, b):

@@ -79,7 +79,7 @@ class Frozen:
         if fn is None:
             return None
         h = self._inlined(fn)
-        return lambda fe, loc, x, *rest: h(fe, loc, x, *self.args, *rest, **self.kwargs)
+        return lambda fe, where, x, /, *rest: h(fe, where, x, *self.args, *rest, **self.kwargs)
 
     def logpdf(self, x):
         raise TypeError("only in captured code")
@@ -94,5 +94,5 @@ def handlers(inlined):
         dist = getattr(scipy.stats, name)
         for method, fn in methods.items():
             table[getattr(dist, method)] = inlined(fn)
-        table[dist] = (lambda n: lambda fe, loc, *args, **kwargs: Frozen(n, args, kwargs, inlined))(name)
+        table[dist] = (lambda n: lambda fe, where, /, *args, **kwargs: Frozen(n, args, kwargs, inlined))(name)
     return table, Frozen
