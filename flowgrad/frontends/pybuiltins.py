@@ -22,6 +22,17 @@ from .closures import LocalFunction, MethodValue
 from .pyvalues import ObjectValue, check_mutable, freeze, made
 
 
+# Python's operators on values known at capture
+PY_OPERATORS = {
+    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "divide": lambda a, b: a / b, "floor_divide": lambda a, b: a // b, "mod": lambda a, b: a % b,
+    "power": lambda a, b: a ** b, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
+    "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
+    "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
+    "bitwise_and": lambda a, b: a & b, "bitwise_or": lambda a, b: a | b, "bitwise_xor": lambda a, b: a ^ b,
+}
+
+
 def represented_type(v):
     """The Python type NumPy code would see for captured value ``v``."""
     if isinstance(v, ObjectValue):

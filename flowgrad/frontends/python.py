@@ -13,47 +13,23 @@ import ast
 import builtins
 import contextlib
 import inspect
-import os
-import sys
-import sysconfig
-import textwrap
-import types
-import warnings
 
 import numpy as np
 
-from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, Take, broadcast_shapes,
-                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, substitute)
+from ..errors import FlowgradError, InputError, UnsupportedError, unsupported
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, broadcast_shapes,
+                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes)
 from ..ir.ranges import Facts
 from .. import pytree
-from . import Captured, closures, indexing, library, objects, pybuiltins, pytrees, pyvalues
-from .closures import LocalFunction, MethodValue
+from . import Captured, closures, indexing, objects, pybuiltins, pytrees, pyvalues
+from .calls import CallExpressions, _call_name, _is_print, _warn_print
+from .conditionals import ConditionalExpressions
 from .control import Escape, Restart, Scope, same_binding
 from .loops import LoopStatements
-from .numpy_api import call_function, call_method, get_attribute
+from .numpy_api import call_function, get_attribute
+from .pybuiltins import PY_OPERATORS
 from .pyvalues import ObjectValue, Registry, freeze, made
 from .unrolled import UnrolledStatements
-
-_UNSUPPORTED_NODES = {
-    ast.SetComp: ("set comprehension", "use a list (a set's order is not fixed)"),
-    ast.Try: ("try statement", "move error handling outside the differentiated function"),
-    ast.With: ("with statement", "move context managers outside the differentiated function"),
-    ast.ClassDef: ("class definition", "define classes outside the differentiated function"),
-    ast.Global: ("global statement", "pass the value as an argument and return results"),
-    ast.Nonlocal: ("nonlocal statement", "pass the value as an argument and return results"),
-    ast.Yield: ("yield", "return arrays instead of generating values"),
-    ast.YieldFrom: ("yield", "return arrays instead of generating values"),
-    ast.Await: ("await", "call flowgrad on synchronous code"),
-    ast.AsyncFunctionDef: ("async function", "call flowgrad on synchronous code"),
-    ast.Raise: ("raise statement", "check inputs before calling the differentiated function"),
-    ast.Import: ("import statement", "import modules at module level"),
-    ast.ImportFrom: ("import statement", "import modules at module level"),
-    ast.Delete: ("del statement", "let names go out of scope instead"),
-    ast.JoinedStr: ("f-string", "format strings outside the differentiated function"),
-}
-if hasattr(ast, "TryStar"):
-    _UNSUPPORTED_NODES[ast.TryStar] = _UNSUPPORTED_NODES[ast.Try]
 
 
 _RESERVED = set(dir(builtins)) | {"np", "_rt", "pullback", "cotangent"} | set(__import__("keyword").kwlist)
@@ -79,27 +55,7 @@ class Namer:
         return name
 
 
-class Frame:
-    """One function activation being inlined: its names, its return state, its loops."""
-
-    def __init__(self, fn, filename, first_line, globals_):
-        self.fn = fn
-        self.filename, self.first_line = filename, first_line
-        self.globals = globals_
-        self.env = {}
-        self.owned = {}          # name -> scalar container owned by the name
-        self.loops = []
-        self.ret = None          # result container, for returns under runtime control flow
-        self.ret_flag = None     # bool container: "has returned"
-        self.ret_value = None    # the value of an unconditional top-level return
-        self.sources = {}        # closure name -> its cell (other outside names: fn.__globals__)
-        self.closure = None      # a nested function's frame: the frame it closes over
-
-    def loc(self, node):
-        return Loc(self.filename, self.first_line + getattr(node, "lineno", 1) - 1)
-
-
-class Frontend(LoopStatements, UnrolledStatements):
+class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, UnrolledStatements):
     """Captures one function for one call signature."""
 
     def __init__(self, fn, hints=None, object_args=()):
@@ -265,35 +221,6 @@ class Frontend(LoopStatements, UnrolledStatements):
             self.global_reads.append((_Contents(value), None, _Contents.snapshot(value)))
         return value
 
-    def new_frame(self, fn):
-        if isinstance(fn, LocalFunction):
-            outer = fn.frame
-            frame = Frame(fn, outer.filename, outer.first_line, outer.globals)
-            frame.sources, frame.closure = outer.sources, outer
-            return frame, fn.node
-        try:
-            lines, first = inspect.getsourcelines(fn)
-            filename = inspect.getsourcefile(fn) or "<unknown>"
-        except (OSError, TypeError):
-            raise UnsupportedError(f"unsupported function {getattr(fn, '__name__', fn)!r}: its Python source "
-                                   "is not available (flowgrad captures functions from source)") from None
-        fdef = _function_node(fn, lines, first)
-        if fdef is None:
-            raise UnsupportedError(f"{Loc(filename, first)}: unsupported callable {fn.__name__!r}: "
-                                   "define it with def (or as a single lambda on its line)")
-        globals_ = dict(fn.__globals__)
-        sources = {}                      # where each outside name lives, for ``global_reads``
-        if fn.__closure__:
-            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-                globals_[name] = cell.cell_contents
-                sources[name] = cell
-        frame = Frame(fn, filename, first, globals_)
-        frame.sources = sources
-        for node in _walk_checked(fdef):
-            if node is not fdef and type(node) in _UNSUPPORTED_NODES:
-                what, hint = _UNSUPPORTED_NODES[type(node)]
-                raise unsupported(frame.loc(node), what, hint)
-        return frame, fdef
 
     def finish_frame(self, frame, fdef, body):
         """The frame's return value; writes the unconditional return into the result container
@@ -798,7 +725,7 @@ class Frontend(LoopStatements, UnrolledStatements):
     def binop(self, opname, a, b, loc):
         if not isinstance(a, Expr) and not isinstance(b, Expr) and not isinstance(a, np.ndarray) \
                 and not isinstance(b, np.ndarray):
-            out = _PY_BINOPS[opname](a, b)
+            out = PY_OPERATORS[opname](a, b)
             return made(self, out) if isinstance(out, (tuple, list)) else out
         if opname == "multiply" and any(isinstance(x, (list, tuple)) and isinstance(y, Expr) and y.shape == ()
                                         and y.dtype.kind in "iu" for x, y in ((a, b), (b, a))):
@@ -840,265 +767,6 @@ class Frontend(LoopStatements, UnrolledStatements):
                               "~ inverts boolean masks; use np.logical_not or -x - 1")
         return op("logical_not", v)
 
-    def expr_Compare(self, node, frame):
-        """``a < b < c`` is ``a < b and b < c`` with ``b`` evaluated once: each further
-        comparison, and what its right side computes, runs only where the ones before hold."""
-        left = self.eval(node.left, frame)
-        return self.compare(node, frame, left, list(zip(node.ops, node.comparators)))
-
-    def compare(self, node, frame, left, rest):
-        loc = frame.loc(node)
-        result = None
-        for k, (cop, right_node) in enumerate(rest):
-            if isinstance(result, Expr):
-                tail = rest[k:]
-                return self.choose(result, lambda: self.compare(node, frame, left, tail), lambda: result,
-                                   right_node, frame)
-            if result is False:
-                return False
-            right = self.eval(right_node, frame)
-            name = _CMPOPS.get(type(cop))
-            if isinstance(cop, (ast.In, ast.NotIn)):
-                r = pybuiltins.contains(self, left, right, loc) == isinstance(cop, ast.In)
-            elif name is None:
-                if isinstance(cop, (ast.Is, ast.IsNot)) and (not isinstance(left, Expr) and not isinstance(right, Expr)
-                                                         or left is None or right is None):
-                    # a value known only at run time is never None (that is part of the signature)
-                    r = (left is right) if isinstance(cop, ast.Is) else (left is not right)
-                elif isinstance(cop, (ast.Is, ast.IsNot)):
-                    raise unsupported(loc, "identity comparison (is) of arrays or numbers known only at run "
-                                           "time", "compare values (==, np.array_equal), or test for None")
-                else:
-                    raise unsupported(loc, f"comparison {type(cop).__name__}", "use <, <=, >, >=, ==, !=")
-            elif isinstance(left, Expr) or isinstance(right, Expr):
-                r = op(name, self.to_expr(left, loc), self.to_expr(right, loc))
-            else:
-                r = _PY_BINOPS[name](left, right)
-            result = r if result is None else (result and r)
-            left = right
-        return result
-
-    def expr_BoolOp(self, node, frame):
-        """Python's ``and``/``or``: the value of the operand that decides, the right one evaluated
-        only where it must be (``i < len(x) and x[i] > 0`` does not index past the end)."""
-        loc = frame.loc(node)
-        out = self.eval(node.values[0], frame)
-        for right_node in node.values[1:]:
-            t = self.truth(out, loc)
-            left = out
-            right = (lambda r: lambda: self.eval(r, frame))(right_node)
-            if not isinstance(t, Expr):
-                if t == isinstance(node.op, ast.And):
-                    out = right()
-                continue
-            if isinstance(node.op, ast.And):
-                out = self.choose(t, right, lambda: left, right_node, frame)
-            else:
-                out = self.choose(t, lambda: left, right, right_node, frame)
-        return out
-
-    def choose(self, test, then, orelse, node, frame):
-        """``then() if test else orelse()`` for a run-time scalar ``test``: each side's statements
-        run only on its own path, under the facts its path knows (``i < n`` where it holds), as in
-        Python (``math.log(s) if s > 0 else 0.0`` takes no log of a negative ``s``). Two scalars that
-        are values already (constants, reads that cannot raise) are picked by a ``where``; a side
-        that is another array's memory makes the choice a copy standing for it (``StandIn``)."""
-        loc = frame.loc(node)
-        sides = []
-        for what, fn, holds in (("then", then, True), ("else", orelse, False)):
-            sides.append(self.under_facts(what, node, frame, lambda h=holds: self.facts.enter_branch(test, h),
-                                          lambda f=fn: self.branch(frame, loc, lambda: self._side(f(), loc))))
-        (s1, a), (s2, b) = sides
-        if pytrees.is_container(a) or pytrees.is_container(b):
-            if not (pytrees.is_container(a) and pytrees.is_container(b)):
-                raise unsupported(loc, "a choice between a Python container and another kind of value",
-                                  "give both sides the same kind of value")
-
-            def join(k, ea, eb):
-                ea, eb = self.to_expr(ea, loc), self.to_expr(eb, loc)
-                if len(ea.shape) != len(eb.shape):
-                    raise unsupported(loc, "a choice between arrays of different shapes (its shape would depend "
-                                           "on the run-time test)", "give both sides the same shape")
-                m = self.container("pick", result_dtype([ea, eb], "same"), ea.shape or eb.shape,
-                                   weak=is_weak(ea) and is_weak(eb))
-                ref = Ref(m) if m.ndim else Ref(m, ())
-                s1.append(Assign(ref, ea, loc=loc))
-                s2.append(Assign(ref, eb, loc=loc))
-                return Read(ref)
-            value = pytrees.merge(self, "a conditional expression", a, b, loc, join)
-            self.emit(If(test, s1, s2, loc))
-            return value
-        if a.shape and b.shape and (len(a.shape) != len(b.shape) or any(
-                const_value(p) is not None and const_value(q) is not None and const_value(p) != const_value(q)
-                for p, q in zip(a.shape, b.shape))):
-            raise unsupported(loc, "a choice between arrays of different shapes (its shape would depend on "
-                                   "the run-time test)", "give both sides the same shape")
-        if not s1 and not s2 and _picked(a) and _picked(b) and not (a.shape or b.shape):
-            return op("where", test, a, b)
-        m = self.container("pick", result_dtype([a, b], "same"), a.shape or b.shape,
-                           weak=is_weak(a) and is_weak(b))
-        ref = Ref(m) if m.ndim else Ref(m, ())
-        self.emit(If(test, s1 + [Assign(ref, a, loc=loc)], s2 + [Assign(ref, b, loc=loc)], loc))
-        for e in (a, b):
-            if isinstance(e, Read) and e.ref.container.ndim and indexing.held(self, e.ref.container):
-                # NumPy's value is that array itself (or a view of it) on this path
-                indexing.stand_in(self, m, e.ref.container, "a conditional expression's value, another "
-                                  "array's memory on one side", loc, "copy that side (np.copy(...))")
-        return Read(ref)
-
-    def _side(self, v, loc):
-        return v if pytrees.is_container(v) else self.to_expr(v, loc)
-
-    def truth(self, v, loc):
-        """The truth value of ``v``: a Python bool, or a run-time scalar boolean expression."""
-        if isinstance(v, Expr):
-            if v.shape != ():
-                raise FlowgradError(f"{loc}: the truth value of an array is ambiguous; use np.any/np.all "
-                                    "or compare a scalar")
-            return v if v.dtype == BOOL else op("not_equal", v, 0)
-        return bool(v)
-
-    def expr_IfExp(self, node, frame):
-        c = self.truth(self.eval(node.test, frame), frame.loc(node))
-        if not isinstance(c, Expr):
-            return self.eval(node.body if c else node.orelse, frame)
-        return self.choose(c, lambda: self.eval(node.body, frame), lambda: self.eval(node.orelse, frame), node, frame)
-
-    def expr_Call(self, node, frame):
-        loc = frame.loc(node)
-        if isinstance(node.func, ast.Attribute):
-            obj = self.eval(node.func.value, frame)
-            args, kwargs = self.call_arguments(node, frame)
-            if isinstance(obj, Expr):
-                return call_method(self, obj, node.func.attr, args, kwargs, loc)
-            handled, result = pybuiltins.call_container_method(self, obj, node.func.attr, args, kwargs, loc,
-                                                                _call_name(node.func))
-            if handled:
-                return result
-            handled, fn = objects.get_attr(self, obj, node.func.attr, loc)
-            if not handled:
-                fn = get_attribute(self, obj, node.func.attr, loc)
-        else:
-            fn = self.eval(node.func, frame)
-            args, kwargs = self.call_arguments(node, frame)
-        return self.call(fn, args, kwargs, loc, _call_name(node.func))
-
-    def call_arguments(self, node, frame):
-        """A call's positional and keyword arguments (``*xs`` and ``**d`` of Python containers
-        unpacked)."""
-        args = []
-        for a in node.args:
-            if isinstance(a, ast.Starred):
-                args += pybuiltins.sequence(self, self.eval(a.value, frame), frame.loc(a), "unpacking with *")
-            else:
-                args.append(self.eval(a, frame))
-        kwargs = {}
-        for k in node.keywords:
-            v = self.eval(k.value, frame)
-            if k.arg is None:
-                if not isinstance(v, dict):
-                    raise unsupported(frame.loc(k.value), "** of a value that is not a dict", "unpack a dict")
-                kwargs.update(v)
-            else:
-                kwargs[k.arg] = v
-        return args, kwargs
-
-    def call(self, fn, args, kwargs, loc, name):
-        handler = pybuiltins.handler_for(fn) or library.handler_for(fn)
-        if handler is not None:
-            return handler(self, loc, *args, **kwargs)
-        if isinstance(fn, MethodValue):
-            return self.inline(fn.func, [fn.self_value] + list(args), kwargs, loc)
-        if isinstance(fn, LocalFunction) or isinstance(fn, types.FunctionType) and not _is_library(fn):
-            return self.inline(fn, args, kwargs, loc)
-        if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType) and \
-                not _is_library(fn.__func__):
-            return self.inline(fn.__func__, [fn.__self__] + list(args), kwargs, loc)
-        if objects.is_user_class(fn):
-            return objects.construct(self, fn, args, kwargs, loc)
-        if getattr(fn, "_flowgrad_transform", False):
-            raise unsupported(loc, f"calling the flowgrad transform {name}() inside a function flowgrad captures",
-                              "nesting flowgrad transforms (grad of grad) is not supported yet: call it outside, "
-                              "or write the derivative out")
-        if fn is builtins.print:
-            _warn_print(loc)
-            return None
-        owner = getattr(fn, "__self__", None)
-        if owner is not None and not isinstance(owner, (types.ModuleType, type, np.ufunc)) and \
-                (getattr(type(owner), "__module__", None) or "").split(".")[0] not in _OP_TABLE_MODULES:
-            cls = type(owner)
-            raise unsupported(loc, f"call to {name}(), a method of a {cls.__module__}.{cls.__qualname__} object, "
-                                   "which flowgrad cannot see into (no Python source: a builtin or C-extension "
-                                   "class)", "call it outside the differentiated function and pass the result in, "
-                              "or use a Python class, NumPy arrays and Python lists, tuples and dicts")
-        return call_function(self, fn, args, kwargs, loc, name)
-
-    def inline(self, fn, args, kwargs, loc):
-        """Compile a call to a plain Python function in place (its body is inlined)."""
-        self.depth += 1
-        if self.depth > 32:
-            raise unsupported(loc, f"recursion in {fn.__name__}", "write the recursion as a loop")
-        try:
-            frame, fdef = self.new_frame(fn)
-            for name, value in closures.bind(fn, args, kwargs, loc).items():
-                if isinstance(value, Expr) and value.shape == ():
-                    c = self.container(name, value.dtype, ())
-                    self.emit(Assign(Ref(c, ()), value, loc=loc))
-                    frame.owned[name] = c
-                    value = scalar(c)
-                elif isinstance(value, Op):
-                    value = self.materialize(value, name, loc)
-                elif isinstance(value, (tuple, dict)) and self.pyobjs.get(value) is None:
-                    value = made(self, value)            # *args, **kwargs
-                frame.env[name] = value
-            self.frames.append(frame)
-        except BaseException:
-            self.depth -= 1
-            raise
-        self.suspended_logs.append(self.reads_log)
-        self.reads_log = None
-        try:
-            body, esc = self.collect(self._frame_block, fdef, frame)
-            for s in body:
-                self.emit(s)
-            return self.finish_frame(frame, fdef, self.out[-1])
-        finally:
-            self.reads_log = self.suspended_logs.pop()
-            self.frames.pop()
-            self.depth -= 1
-
-    def _frame_block(self, fdef, frame):
-        self.frame_body_start[frame] = self.out[-1]
-        return self.block(fdef.body, frame)
-
-    frame_body_start = None
-
-
-_OP_TABLE_MODULES = ("numpy", "scipy", "math", "jax", "torch", "flowgrad")
-
-
-def _warn_print(loc):
-    warnings.warn_explicit(f"{loc}: print() in a function flowgrad captures is ignored (it would run once, "
-                           "while capturing, not on each call); print results after the call",
-                           UserWarning, loc.filename, loc.lineno)
-
-
-def _walk_checked(fdef):
-    """The nodes of ``fdef`` that must be supported: all but the arguments of ``print(...)``,
-    which is ignored (``Frontend.stmt_Expr``)."""
-    todo = [fdef]
-    while todo:
-        node = todo.pop()
-        yield node
-        if _is_print(node):
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-
-
-def _is_print(node):
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
-        isinstance(node.value.func, ast.Name) and node.value.func.id == "print"
-
 
 class _Contents:
     """A mutable container from outside the function, whose contents a capture read."""
@@ -1114,64 +782,6 @@ class _Contents:
 
     def get(self, name, default=None):
         return self.snapshot(self.obj)
-
-
-def _function_node(fn, lines, first):
-    """The FunctionDef of ``fn`` (a lambda becomes ``def lambda_fn(args): return body``)."""
-    src = textwrap.dedent("".join(lines))
-    if fn.__name__ != "<lambda>":
-        try:
-            node = ast.parse(src).body[0]
-        except (SyntaxError, IndexError):
-            return None
-        return node if isinstance(node, ast.FunctionDef) else None
-    argnames = list(fn.__code__.co_varnames[:fn.__code__.co_argcount])
-    found = []
-    for start in [k for k in range(len(src)) if src.startswith("lambda", k)]:
-        for end in range(len(src), start, -1):
-            try:
-                lam = ast.parse(src[start:end], mode="eval").body
-            except SyntaxError:
-                continue
-            if not isinstance(lam, ast.Lambda):
-                continue
-            line = src.count("\n", 0, start)
-            if [a.arg for a in lam.args.args] == argnames and first + line == fn.__code__.co_firstlineno:
-                lam.lineno += line
-                found.append(lam)
-            break
-    if len(found) != 1:
-        return None
-    lam = found[0]
-    ret = ast.Return(value=lam.body, lineno=lam.lineno, col_offset=0)
-    fdef = ast.FunctionDef(name="lambda_fn", args=lam.args, body=[ret], decorator_list=[], returns=None,
-                           type_params=[], lineno=lam.lineno, col_offset=0)
-    return ast.fix_missing_locations(fdef)
-
-
-def _call_name(func):
-    try:
-        return ast.unparse(func)
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
-def _is_library(fn):
-    if getattr(fn, "__module__", None) in library.SOURCE_MODULES:
-        return False                 # flowgrad's NumPy source of a library function: inlined
-    mod = (getattr(fn, "__module__", "") or "").split(".")[0]
-    return mod in ("numpy", "scipy", "math", "builtins", "jax", "torch", "flowgrad") or _is_stdlib(mod)
-
-
-_STDLIB = os.path.normcase(sysconfig.get_paths()["stdlib"])
-
-
-def _is_stdlib(module_name):
-    """Python's own library (``dataclasses``, ``functools``): its functions are not inlined."""
-    if module_name not in sys.stdlib_module_names:
-        return False
-    path = getattr(sys.modules.get(module_name), "__file__", None)
-    return path is None or os.path.normcase(os.path.abspath(path)).startswith(_STDLIB)
 
 
 def _union(a, b):
@@ -1195,11 +805,6 @@ def _check_broadcast(src, dst, loc):
                                 f"{tuple(const_value(d) for d in dst)}")
 
 
-def _picked(e):
-    """Whether ``e`` is a value already, which a ``where`` may pick without computing anything."""
-    return isinstance(e, Const) or isinstance(e, Read) and not _may_raise(e)
-
-
 def _data_dtype(dt, name):
     """``dt`` when flowgrad computes in it (bool, integers, float32, float64), else an InputError."""
     if dt.kind in "biu" or dt in (np.float32, np.float64):
@@ -1208,30 +813,11 @@ def _data_dtype(dt, name):
                      f"(np.asarray({name}, dtype=np.float64), or float32)")
 
 
-def _may_raise(e):
-    """Whether evaluating ``e`` may raise (a checked index, in it or in a view it reads)."""
-    if isinstance(e, Op):
-        return e.name == "checked_index" or any(_may_raise(a) for a in e.args)
-    if isinstance(e, Read):
-        return any(_may_raise(i) for i in e.ref.index_exprs())
-    return isinstance(e, Take)
-
-
 _BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
            ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power",
            ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor"}
 # ``&``, ``|``, ``^`` of boolean arrays (masks) are their logical operations
 _BOOL_BITWISE = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "not_equal"}
-_CMPOPS = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
-           ast.Eq: "equal", ast.NotEq: "not_equal"}
-_PY_BINOPS = {
-    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
-    "divide": lambda a, b: a / b, "floor_divide": lambda a, b: a // b, "mod": lambda a, b: a % b,
-    "power": lambda a, b: a ** b, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
-    "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
-    "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
-    "bitwise_and": lambda a, b: a & b, "bitwise_or": lambda a, b: a | b, "bitwise_xor": lambda a, b: a ^ b,
-}
 
 
 def capture(fn, args, object_args=()) -> Captured:
