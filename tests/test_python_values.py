@@ -233,3 +233,47 @@ def test_branches_binding_containers(backend):
     for c in (1.0, -1.0):
         check_tree_forward(f, (U3, c), backend=backend)
         check_grad(f, (U3, c), wrt=0, backend=backend)
+
+
+def array_in_a_list_before_a_loop(u, n):
+    hist = [u]
+    for t in range(n):
+        u = u * 2.0
+    return np.sum(hist[0] * hist[0]) + 10.0 * np.sum(u)
+
+
+def array_in_a_tuple_before_a_loop(u, n):
+    v = u * 1.0
+    hist = (v, 1.0)
+    for t in range(n):
+        v = v * 2.0
+    return np.sum(hist[0] * hist[0]) + 10.0 * np.sum(v)
+
+
+def snapshot_of_a_carried_dict(u, n):
+    state = {"u": u * 1.0}
+    snap = [state["u"]]
+    for t in range(n):
+        state = {"u": state["u"] * 2.0}
+    return np.sum(snap[0] * snap[0]) + 10.0 * np.sum(state["u"])
+
+
+def loop_variable_reused_for_an_unrolled_loop(x, n, ws):
+    s = 0.0
+    for k in range(n):
+        s = s + x[k]
+    for k in range(len(ws)):
+        s = s + ws[k] * x[k]
+    return s
+
+
+@pytest.mark.parametrize("fn", [array_in_a_list_before_a_loop, array_in_a_tuple_before_a_loop,
+                                snapshot_of_a_carried_dict])
+@pytest.mark.parametrize("n", [0, 2])
+def test_array_held_before_a_loop_that_rebinds_its_name(fn, n, backend):
+    check_forward(fn, (U3.copy(), n), backend=backend)
+    check_grad(fn, (U3.copy(), n), wrt=0, backend=backend)
+
+
+def test_loop_variable_reused(backend):
+    check_forward(loop_variable_reused_for_an_unrolled_loop, (U3, 2, [0.5, 1.5]), backend=backend)

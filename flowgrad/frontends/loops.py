@@ -362,6 +362,12 @@ class LoopStatements:
             for other, w in env0.items())]
         if aliased:
             return aliased
+        # so does one a Python container holds (hist = [u] before the loop keeps the first u)
+        held = pyvalues.held_in_containers(self, {v0.ref.container for n, v0, _ in carried if isinstance(n, str)},
+                                           list(trees.values()))
+        aliased = [n for n, v0, _ in carried if isinstance(n, str) and v0.ref.container in held]
+        if aliased:
+            return aliased
         dests = {v0.ref.container for _, v0, _ in carried}
         carried_names = {n for n, _, _ in carried}
         shared = [n for n, v0, _ in carried if v0.ref.container in getattr(self, "stand_ins", {})]
@@ -555,14 +561,24 @@ def _is_int_value(v):
         isinstance(v, Expr) and v.shape == () and v.dtype.kind in "iu"
 
 
+_OWN_SCOPES = (ast.FunctionDef, ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)
+
+
 def _assigned_names(stmts):
+    """The names ``stmts`` bind (not those bound inside nested functions or comprehensions)."""
     names = []
-    for node in stmts:
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                names.append(sub.id)
-            elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
-                names.append(sub.target.id)
+    todo = list(stmts)
+    while todo:
+        sub = todo.pop(0)
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+            names.append(sub.id)
+        elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
+            names.append(sub.target.id)
+        if isinstance(sub, ast.FunctionDef):
+            names.append(sub.name)
+        if isinstance(sub, _OWN_SCOPES):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
     return list(dict.fromkeys(names))
 
 

@@ -176,10 +176,25 @@ def protect(fe, c, loc):
         rewrite(fe, obj, lambda e, w: rewrite_expr(e, w), memo, stack)
 
 
+def held_in_containers(fe, containers, keep=()):
+    """Those of ``containers`` that values in Python containers names reach (but ``keep``) read."""
+    hits, memo = set(), {id(k): k for k in keep}
+
+    def fn(e, stack):
+        if isinstance(e, Expr):
+            hits.update(r.ref.container for r in iter_reads(e) if r.ref.container in containers)
+        return e
+    for f in fe.frames:                     # what names reach: what the program may still read
+        for v in f.env.values():
+            if not isinstance(v, Expr):
+                rewrite(fe, v, fn, memo, ())
+    return hits
+
+
 def copy_views_of(fe, dests, keep, stmts, loc):
     """At the end of a loop pass, before the containers ``dests`` are written back: values in
-    names and Python containers (but the containers ``keep``) that read them get copies, taken
-    into ``stmts`` now (they are the arrays as they were in this pass)."""
+    the Python containers names reach (but ``keep``) that read them get copies, taken into
+    ``stmts`` now (they are the arrays as they were in this pass)."""
     copies, memo = {}, {id(k): k for k in keep}
 
     def fn(e, stack):
@@ -195,8 +210,6 @@ def copy_views_of(fe, dests, keep, stmts, loc):
         for name, v in list(f.env.items()):
             if not isinstance(v, Expr):
                 f.env[name] = rewrite(fe, v, fn, memo, ())
-    for obj, stack, _ in fe.pyobjs:
-        rewrite(fe, obj, fn, memo, stack)
 
 
 def rewrite(fe, v, fn, memo, stack):

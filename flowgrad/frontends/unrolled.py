@@ -52,6 +52,9 @@ class UnrolledStatements:
     def unrolled_pass(self, node, frame, ctx, item):
         out = self.out[-1]
         start = len(out)
+        for n in ast.walk(node.target):
+            if isinstance(n, ast.Name):
+                frame.owned.pop(n.id, None)          # each pass binds its value afresh (a Python int stays one)
         self.assign(node.target, item, frame, node)
         esc = self.block(node.body, frame)
         if ctx.cont is not None:
