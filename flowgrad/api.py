@@ -73,7 +73,7 @@ class _Compiled:
     def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None):
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else \
             capture(fn, args, object_args=wrt_spec)
-        self.layout = getattr(cap, "result_layout", None)
+        self.layout = cap.result_layout
         self.cap = cap
         name = cap.name
         containers = cap.containers
@@ -117,7 +117,7 @@ class _Compiled:
         # which of the gradients each wrt argument gets: one, or one per float leaf of a pytree
         self.wrt, self.wrt_layout = [], []
         for w in wrt_spec:
-            leaves = getattr(cap, "arg_leaves", {}).get(w)
+            leaves = cap.arg_leaves.get(w)
             if leaves is not None:
                 picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind == "f"]
                 if not picks:

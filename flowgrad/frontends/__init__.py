@@ -13,9 +13,11 @@ class Captured:
     generated function takes them. inputs(args): the values for ``params`` given the user's call
     arguments. arg_containers: user-visible argument name -> container (what ``wrt`` names).
     namer: the unique-name source, shared with later passes. global_reads: the module globals,
-    closure cells and user-module attributes whose values the capture folded in, as
-    ``(dict or cell, name, value)``; the capture holds while each still has that value
-    (``current``).
+    closure cells, user-module and object attributes and outside containers whose values the
+    capture folded in, as ``(where, name, value)``; the capture holds while each still has that
+    value (``current``). arg_leaves: pytree argument name -> (its ``pytree.TreeDef``, the
+    container of each run-time leaf). result_layout: for a pytree result, how it lies in
+    ``result`` (``frontends.pytrees.ResultLayout``), else None.
     """
 
     def __init__(self, name, params, body, result, containers, namer, arg_containers, inputs):
@@ -23,6 +25,8 @@ class Captured:
         self.containers, self.namer = containers, namer
         self.arg_containers, self.inputs = arg_containers, inputs
         self.global_reads = []
+        self.arg_leaves = {}
+        self.result_layout = None
 
     def current(self):
         """Whether every outside value the capture folded in is still the one it read (a module

@@ -213,7 +213,10 @@ _OP_TABLE_MODULES = ("numpy", "scipy", "math", "jax", "torch", "flowgrad")
 def _warn_print(loc):
     warnings.warn_explicit(f"{loc}: print() in a function flowgrad captures is ignored (it would run once, "
                            "while capturing, not on each call); print results after the call",
-                           UserWarning, loc.filename, loc.lineno)
+                           UserWarning, loc.filename, loc.lineno, registry=_PRINT_WARNED)
+
+
+_PRINT_WARNED = {}           # Python's "once per location" for these warnings (capture may run twice)
 
 
 def _walk_checked(fdef):

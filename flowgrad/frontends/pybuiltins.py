@@ -50,10 +50,11 @@ def represented_type(v):
 
 def sequence(fe, v, loc, what):
     """The items of ``v`` as a Python list, where capture knows how many there are."""
-    if isinstance(v, (list, tuple, range, str)):
+    if isinstance(v, (list, tuple, dict)):
+        items = list(v.keys()) if isinstance(v, dict) else list(v)
+        return items if fe.pyobjs.get(v) is not None else [fe.outside(x) for x in items]
+    if isinstance(v, (range, str)):
         return list(v)
-    if isinstance(v, dict):
-        return list(v.keys())
     if isinstance(v, Expr):
         if not v.shape:
             raise FlowgradError(f"{loc}: iteration over a 0-d array or scalar")
@@ -264,7 +265,13 @@ def call_container_method(fe, obj, name, args, kwargs, loc, text):
     mutates, fn = method
     if mutates:
         check_mutable(fe, obj, loc, f"{text}()")
-    return True, fn(fe, obj, loc, *args, **kwargs)
+    out = fn(fe, obj, loc, *args, **kwargs)
+    if fe.pyobjs.get(obj) is None:          # read from a container from outside: record what it holds
+        out = fe.outside(out)
+        for x in out if isinstance(out, list) else ():
+            for y in x if isinstance(x, tuple) else (x,):
+                fe.outside(y)
+    return True, out
 
 
 def _append(fe, lst, loc, v):

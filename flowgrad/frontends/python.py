@@ -375,8 +375,10 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         elif isinstance(target, (ast.Tuple, ast.List)):
             items = self.unpack(value, len(target.elts), loc)
             # Python evaluates the whole right side first: freeze values an earlier target may change
+            # (a scalar a display already copied into a container of its own stays as it is)
+            owned = {c for f in self.frames for c in f.owned.values()}
             items = [self.materialize(v, "tmp", loc) if isinstance(v, Expr) and
-                     (v.shape == () or isinstance(v, Op)) else v for v in items]
+                     (v.shape == () or isinstance(v, Op)) and not _own_copy(v, owned) else v for v in items]
             for t, v in zip(target.elts, items):
                 self.assign(t, v, frame, node)
         elif isinstance(target, ast.Subscript):
@@ -782,6 +784,12 @@ class _Contents:
 
     def get(self, name, default=None):
         return self.snapshot(self.obj)
+
+
+def _own_copy(v, owned):
+    """Whether scalar ``v`` reads a transient container no name owns (a copy made for a value)."""
+    return isinstance(v, Read) and v.ref.container.ndim == 0 and v.ref.container.kind == "transient" and \
+        v.ref.container not in owned
 
 
 def _union(a, b):
