@@ -173,7 +173,8 @@ class CallExpressions:
             raise unsupported(loc, f"recursion in {fn.__name__}", "write the recursion as a loop")
         try:
             frame, fdef = self.new_frame(fn)
-            for name, value in closures.bind(fn, args, kwargs, loc).items():
+            arguments, packed = closures.bind(fn, args, kwargs, loc)
+            for name, value in arguments.items():
                 if isinstance(value, Expr) and value.shape == ():
                     c = self.container(name, value.dtype, ())
                     self.emit(Assign(Ref(c, ()), value, loc=loc))
@@ -181,8 +182,8 @@ class CallExpressions:
                     value = scalar(c)
                 elif isinstance(value, Op):
                     value = self.materialize(value, name, loc)
-                elif isinstance(value, (tuple, dict)) and self.pyobjs.get(value) is None:
-                    value = made(self, value)            # *args, **kwargs
+                elif name in packed:
+                    value = made(self, value)            # *args, **kwargs: made by the call
                 frame.env[name] = value
             self.frames.append(frame)
         except BaseException:

@@ -101,14 +101,16 @@ def define(fe, node, frame):
 
 
 def bind(fn, args, kwargs, loc):
-    """Python's binding of a call's arguments to ``fn``'s parameters, defaults applied."""
+    """Python's binding of a call's arguments to ``fn``'s parameters, defaults applied:
+    ``(arguments, names of the *args and **kwargs parameters)``."""
     sig = fn.signature() if isinstance(fn, LocalFunction) else inspect.signature(fn)
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
         raise FlowgradError(f"{loc}: calling {fn.__name__}: {exc}") from None
     bound.apply_defaults()
-    return bound.arguments
+    packed = {n for n, p in sig.parameters.items() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return bound.arguments, packed
 
 
 def closure_lookup(fe, name, frame):
