@@ -65,3 +65,99 @@ def test_add_at_gradient_matches_the_exact_derivative(backend):
     x = np.array([0.3, 0.7])
     g = flowgrad.grad(add_at_reads_destination, backend=backend)(x)
     np.testing.assert_allclose(g, [1.0 + np.cos(0.3), 1.0], rtol=1e-13)
+
+
+# ---------------------------------------------------------------- loops sweeping an array in place
+
+
+def sweep_reads_ahead(x):
+    for t in range(2):
+        x[t] = 0.9 * x[t] + 0.1 * np.cos(x[t + 1])      # x[t + 1] is overwritten by the next pass
+    return np.sum(np.sin(x))
+
+
+def sweep_run_time_bound(x):
+    for t in range(x.shape[0] - 1):
+        x[t] = 0.9 * x[t] + 0.1 * np.cos(x[t + 1])
+    return np.sum(np.sin(x))
+
+
+def sweep_descending(x):
+    for i in range(x.shape[0] - 2, 0, -1):
+        x[i] = np.sin(x[i - 1] + x[i + 1])
+    return np.sum(np.sin(x))
+
+
+def sweep_both_neighbours(x):
+    for i in range(1, x.shape[0] - 1):
+        x[i] = np.sin(x[i - 1] + x[i + 1])
+    return np.sum(x * x)
+
+
+def sweep_slices(x):
+    for t in range(3):
+        x[t:t + 2] = np.cos(x[t + 1:t + 3]) * x[t:t + 2]
+    return np.sum(np.sin(x))
+
+
+def sweep_through_a_view(x):
+    v = x[1:]
+    for t in range(3):
+        v[t] = 0.5 * v[t] + np.cos(x[t + 2]) * x[t]
+    return np.sum(np.sin(x))
+
+
+def sweep_repeated(x):
+    for sweep in range(2):
+        for i in range(x.shape[0] - 1):
+            x[i] = 0.5 * np.sin(x[i + 1]) + 0.5 * x[i]
+    return np.sum(x ** 3)
+
+
+def gauss_seidel_2d(x):
+    A = x.reshape(3, 3) * 1.0
+    for s in range(2):
+        for i in range(1, 2):
+            for j in range(1, 2):
+                A[i, j] = 0.25 * np.tanh(A[i - 1, j] + A[i + 1, j] + A[i, j - 1] + A[i, j + 1])
+        for i in range(3):
+            A[i, :] = np.sin(A[(i + 1) % 3, :]) + A[i, :]
+    return np.sum(A * A)
+
+
+@pytest.mark.parametrize("fn", [sweep_reads_ahead, sweep_run_time_bound, sweep_descending, sweep_both_neighbours,
+                                sweep_slices, sweep_through_a_view, sweep_repeated, gauss_seidel_2d],
+                         ids=lambda f: f.__name__)
+def test_sweep_restores_what_a_later_pass_overwrites(fn, backend):
+    x = np.linspace(0.1, 0.9, 9) if fn is gauss_seidel_2d else np.linspace(0.2, 1.0, 5)
+    check_forward(fn, (x,), backend)
+    check_grad(fn, (x,), backend=backend)
+
+
+def test_sweep_gradient_matches_jax():
+    jax = pytest.importorskip("jax")
+    import flowgrad
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def jax_sweep(x):
+        for t in range(2):
+            x = x.at[t].set(0.9 * x[t] + 0.1 * jnp.cos(x[t + 1]))
+        return jnp.sum(jnp.sin(x))
+    x = np.array([0.3, 0.5, 0.9])
+    np.testing.assert_allclose(flowgrad.grad(sweep_reads_ahead, backend="numpy")(x), jax.grad(jax_sweep)(x),
+                               rtol=1e-12)
+
+
+# ---------------------------------------------------------------- constants written with active values
+
+
+def eye_written_with_active_values(x):
+    C = np.eye(4)
+    C[0, :] = x
+    C[:, 1] += x * 2
+    return np.sum(np.sin(C @ C))
+
+
+def test_constant_made_inside_and_written_needs_no_adjoint_rule(backend):
+    check_grad(eye_written_with_active_values, (np.array([0.3, 0.7, 0.4, 0.9]),), backend=backend)

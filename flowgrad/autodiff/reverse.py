@@ -235,6 +235,10 @@ class ReverseBuilder:
         outs = [c for c in s.outputs if c in self.grads]
         if not outs:
             return []
+        if not rule.inplace and not any(self.is_active_expr(e) for e in s.inputs):
+            # a value made from nothing active (``C = np.eye(n)``, later written with active
+            # values): no derivative flows through the call, its outputs' adjoints just end here
+            return [Assign(Ref(self.grads[c]), Const(0.0)) for c in outs]
         if rule.vjp is None:
             raise UnsupportedError(f"{s.loc}: unsupported differentiation of {s.op}: no adjoint rule; "
                                    "compute it outside the differentiated function")
@@ -536,7 +540,9 @@ def _overwritten_before_read(r, path, replayed):
             wrap = dict(state)
             if written & index_deps:
                 wrap["moved"] = True
-            found = scan(stmts[:k + 1], wrap, ranges)
+            # the next pass runs the whole body: up to this restore (which, moved, restores
+            # another region) and after it, where a Gauss-Seidel sweep reads x[t + 1]
+            found = scan(stmts, wrap, ranges)
             if found is False:
                 return False
             state["moved"] = state["moved"] or bool(written & index_deps)

@@ -57,6 +57,7 @@ class Frame:
         self.ret = None          # result container, for returns under runtime control flow
         self.ret_flag = None     # bool container: "has returned"
         self.ret_value = None    # the value of an unconditional top-level return
+        self.ret_node = None     # that return statement
         self.sources = {}        # closure name -> its cell (other outside names: fn.__globals__)
         self.closure = None      # a nested function's frame: the frame it closes over
 

@@ -169,16 +169,17 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         if value is None:
             raise FlowgradError(f"{frame.loc(fdef)}: {self.fn.__name__} returns nothing: "
                                 "return the value to differentiate")
+        where = frame.loc(frame.ret_node or fdef)
         if pytrees.is_tree(value):
             self.out.append(body)
             try:
-                e, self.result_layout = pytrees.pack_result(self, value, frame.loc(fdef))
+                e, self.result_layout = pytrees.pack_result(self, value, where)
             finally:
                 self.out.pop()
         else:
-            e = self.to_expr(value, frame.loc(fdef))
+            e = self.to_expr(value, where)
         res = self.container("result", e.dtype, e.shape)
-        body.append(Assign(Ref(res) if res.ndim else Ref(res, ()), e, loc=frame.loc(fdef)))
+        body.append(Assign(Ref(res) if res.ndim else Ref(res, ()), e, loc=where))
         params = self.params + [c for c, _ in self.consts.values()]
         return params, body, res
 
@@ -578,7 +579,7 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         loc = frame.loc(node)
         value = self.eval(node.value, frame) if node.value is not None else None
         if all(c.unrolled for c in frame.loops) and self.out_depth_is_frame_top(frame):
-            frame.ret_value = value
+            frame.ret_value, frame.ret_node = value, node
             return Escape(dead=True)
         if value is None:
             raise unsupported(loc, "bare return under run-time control flow", "return a value")
