@@ -241,11 +241,12 @@ def indexes_a_list_with_a_run_time_value(x, ws, k):
 
 
 @pytest.mark.parametrize("fn, args, pattern", [
-    (grows_in_a_run_time_loop, (U, 3), r"test_python_constructs.py:\d+: unsupported out.append\(\) on a Python list "
-                                       r"made before it in the for loop at line \d+, which runs a number of times "
-                                       r"known only at run time.*preallocate an array"),
-    (grows_in_a_long_loop, (U,), r"makes 1000 passes \(flowgrad unrolls at most 256\).*preallocate"),
-    (grows_under_a_run_time_branch, (U,), r"under the condition at line \d+, known only at run time"),
+    (grows_in_a_run_time_loop, (U, 3), r"test_python_constructs.py:\d+: unsupported out.append\(\) in the for loop "
+                                       r"at line \d+ on a Python list made before that loop \(which runs a number "
+                                       r"of times known only at run time.*preallocate an array"),
+    (grows_in_a_long_loop, (U,), r"makes 1000 passes: flowgrad unrolls such a loop for at most 256.*preallocate"),
+    (grows_under_a_run_time_branch, (U,), r"under the condition at line \d+ on a Python list made before that branch "
+                                          r"\(known only at run time"),
     (grows_in_a_while_loop, (U,), r"while loop at line \d+"),
     (indexes_a_list_with_a_run_time_value, (U, [1.0, 2.0], 1), r"indexing a Python list, tuple or dict with a value "
                                                                r"known only at run time"),
@@ -304,3 +305,16 @@ def test_scipy_stats_against_jax():
     # gradient flowgrad gives lies there; JAX gives its symmetric part: compare those
     sym = lambda g: (np.asarray(g) + np.asarray(g).T) / 2.0  # noqa: E731
     np.testing.assert_allclose(sym(ours[1][3]), sym(grads[3]), rtol=1e-8, atol=1e-10)
+
+
+def rebinds_to_another_structure(u, n):
+    st = (u,)
+    for i in range(n):
+        st = (u, u)
+    return np.sum(st[0])
+
+
+def test_rebinding_to_another_structure_in_a_run_time_loop(backend):
+    with pytest.raises(flowgrad.UnsupportedError, match=r"rebinding 'st' to Python values of different structures "
+                                                        r"in the for loop at line \d+.*give 'st' values of one"):
+        flowgrad.jit(rebinds_to_another_structure, backend=backend)(U, 3)

@@ -4,7 +4,9 @@ read ``r[0]`` as ``b``).
 Each form is checked forward (``jit`` against plain NumPy) and, where it has floats to
 differentiate, its gradient against finite differences, on both backends.
 """
+import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -277,3 +279,105 @@ def test_array_held_before_a_loop_that_rebinds_its_name(fn, n, backend):
 
 def test_loop_variable_reused(backend):
     check_forward(loop_variable_reused_for_an_unrolled_loop, (U3, 2, [0.5, 1.5]), backend=backend)
+
+
+# ----------------------------------------------------------------------------- containers carried by loops
+
+
+@dataclass
+class State:
+    u: np.ndarray
+    t: float
+
+
+class Pair(NamedTuple):
+    u: np.ndarray
+    t: float
+
+
+def tuple_state(u, v, n):
+    state = (u, v)
+    for t in range(n):
+        a, b = state
+        state = (a + 0.1 * b, b - 0.1 * a)
+    return np.sum(state[0] ** 2) + np.sum(state[1])
+
+
+def list_and_dict_state(u, n):
+    acc = [u, 0.0]
+    d = {"u": u * 1.0, "c": 0}
+    for t in range(n):
+        acc = [acc[0] * 1.5, acc[1] + 1.0]
+        d = {"u": d["u"] * 0.5 + acc[0], "c": d["c"] + 1}
+    return np.sum(acc[0]) + acc[1] + np.sum(d["u"] ** 2) * d["c"]
+
+
+def dataclass_state(u, n):
+    state = State(u * 1.0, 0.5)
+    for i in range(n):
+        state = dataclasses.replace(state, u=state.u * 0.9 + state.t, t=state.t + 0.1)
+    return np.sum(state.u ** 2) + state.t
+
+
+def namedtuple_state(u, n):
+    s = Pair(u, 0.0)
+    for i in range(n):
+        s = Pair(np.sin(s.u) * 2.0, s.t + 1.0)
+    return np.sum(s.u) + s.t
+
+
+def while_tuple_state(u):
+    st = (u, 0.0)
+    while st[1] < 3.0:
+        st = (st[0] * 2.0 + 0.1, st[1] + 1.0)
+    return np.sum(st[0] ** 2)
+
+
+def swapped_tuple_state(u, v, n):
+    st = (u * 1.0, v * 1.0)
+    for i in range(n):
+        a, b = st
+        st = (b, a + b)
+    return np.sum(st[0]) + 10.0 * np.sum(st[1] ** 2)
+
+
+def widened_leaf_state(u, n):
+    st = (u, 0)
+    for i in range(n):
+        st = (st[0] * 2.0, st[1] + 0.5)
+    return np.sum(st[0]) * st[1]
+
+
+@pytest.mark.parametrize("fn, make, wrt", [
+    pytest.param(tuple_state, lambda n: (U3.copy(), -U3, n), (0, 1), id="tuple"),
+    pytest.param(list_and_dict_state, lambda n: (U3.copy(), n), 0, id="list-dict"),
+    pytest.param(dataclass_state, lambda n: (U3.copy(), n), 0, id="dataclass"),
+    pytest.param(namedtuple_state, lambda n: (U3.copy(), n), 0, id="namedtuple"),
+    pytest.param(swapped_tuple_state, lambda n: (U3.copy(), -U3, n), (0, 1), id="swapped"),
+    pytest.param(widened_leaf_state, lambda n: (U3.copy(), n), 0, id="widened-int-leaf"),
+])
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_container_carried_by_a_run_time_loop(fn, make, wrt, n, backend):
+    check_forward(fn, make(n), backend=backend)
+    check_grad(fn, make(n), wrt=wrt, backend=backend)
+
+
+def test_container_carried_by_a_while_loop(backend):
+    check_forward(while_tuple_state, (U3.copy(),), backend=backend)
+    check_grad(while_tuple_state, (U3.copy(),), backend=backend)
+
+
+def test_argument_containers_are_the_callers(backend):
+    def changes_it(p):
+        p["k"] = 2.0
+        return p["k"]
+
+    def copies_it(p):
+        q = dict(p)
+        q["k"] = q["k"] * 2.0
+        return q["k"] + p["k"]
+    with pytest.raises(flowgrad.UnsupportedError, match=r"assignment to p\['k'\] on a dict from outside the captured "
+                                                        r"function .*build a new one"):
+        flowgrad.jit(changes_it, backend=backend)({"k": 1.0})
+    assert flowgrad.jit(copies_it, backend=backend)({"k": 1.0}) == 3.0
+    assert flowgrad.grad(copies_it, backend=backend)({"k": 1.0}) == {"k": 3.0}

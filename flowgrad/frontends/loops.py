@@ -420,7 +420,8 @@ class LoopStatements:
         loop is unrolled where capture may, else refused."""
         if not (pytrees.is_container(v0) and pytrees.is_container(v1)) or \
                 pytrees.structure(self, v0, loc) != pytrees.structure(self, v1, loc):
-            pyvalues.unroll(self, loop, loc, f"rebinding {name!r} to Python values of different structures")
+            pyvalues.unroll(self, loop, loc, f"rebinding {name!r} to Python values of different structures",
+                            fix=f"give {name!r} values of one structure (the same tuple, list or dict) on every pass")
         l0, _ = pytrees.flatten_runtime(self, v0, loc)
         l1, _ = pytrees.flatten_runtime(self, v1, loc)
         out, seen = [], set()

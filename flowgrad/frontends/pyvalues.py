@@ -103,7 +103,8 @@ def check_mutable(fe, obj, loc, what):
                           f"(new = {'dict' if isinstance(obj, dict) else 'list'}(old)) and return it")
     scope = _first_new_scope(fe, entry[1])
     if scope is not None:
-        unroll(fe, scope, loc, f"{what} on a Python {type(obj).__name__} made before it")
+        unroll(fe, scope, loc, what, f"on a Python {type(obj).__name__} made before that "
+                                     f"{'branch' if scope.kind == 'branch' else 'loop'}")
 
 
 def _first_new_scope(fe, stack):
@@ -113,25 +114,25 @@ def _first_new_scope(fe, stack):
     return None
 
 
-def unroll(fe, scope, loc, what):
+def unroll(fe, scope, loc, what, detail="", fix=None):
     """Capture again with loop ``scope`` unrolled, where its trip count is known at capture and
-    small; else refuse ``what``, which needs that."""
+    small; else refuse ``what`` (``detail``: more about it), which needs that."""
     if scope.kind == "for" and scope.trips is not None and scope.trips <= UNROLL_LIMIT and scope.key is not None:
         fe.hints[("unroll",) + scope.key] = True
         raise Restart()
     if scope.kind == "branch":
-        why = f"under the condition at line {scope.loc.lineno}, known only at run time"
-        fix = "compute both values and pick with np.where, or build the container outside the branch"
+        where = f"under the condition at line {scope.loc.lineno}"
+        why = "known only at run time: a Python container cannot change on one path only"
+        fix = fix or "compute both values and pick with np.where, or build the container outside the branch"
     else:
+        where = f"in the {scope.kind} loop at line {scope.loc.lineno}"
         if scope.trips is None:
-            why = (f"in the {scope.kind} loop at line {scope.loc.lineno}, which runs a number of times known only "
-                   "at run time")
+            why = "which runs a number of times known only at run time: a Python container cannot change in it"
         else:
-            why = (f"in the loop at line {scope.loc.lineno}, which makes {scope.trips} passes (flowgrad unrolls "
-                   f"at most {UNROLL_LIMIT})")
-        fix = ("preallocate an array before the loop (rows = np.zeros((n, m))) and assign into it (rows[i] = ...), "
-               "or give the loop a trip count known at capture")
-    raise unsupported(loc, f"{what} {why}: a Python container cannot change there", fix)
+            why = f"which makes {scope.trips} passes: flowgrad unrolls such a loop for at most {UNROLL_LIMIT}"
+        fix = fix or ("preallocate an array before the loop (rows = np.zeros((n, m))) and assign into it "
+                      "(rows[i] = ...), or give the loop a trip count known at capture")
+    raise unsupported(loc, f"{what} {where} {detail + ' ' if detail else ''}({why})", fix)
 
 
 # ----------------------------------------------------------------------------- protect
