@@ -301,7 +301,9 @@ class _Transform:
                                      f"its arguments are: {', '.join(self.params)}")
                 names.append(w)
             else:
-                raise InputError(f"wrt entries must be argument names or positions, not {w!r}")
+                raise InputError(f"wrt entries must be argument names or positions, not {w!r} (wrt={wrt!r}; "
+                                 f"{self.__name__} takes {', '.join(self.params)}): pass wrt='name', wrt=0 or a "
+                                 "tuple of them")
         arguments = self.bind(args) if arguments is None else arguments
         for n in names:
             _check_wrt_value(n, arguments[n])

@@ -252,6 +252,11 @@ def mutates_an_argument(state, x):
     return np.sum(x)
 
 
+def writes_an_attribute_array(x):
+    STATEFUL.u[0] = 3.0
+    return np.sum(x)
+
+
 def uses_a_deque(x):
     q = collections.deque()
     q.append(x)
@@ -269,6 +274,8 @@ def calls_a_builtin_method(x, buf):
     (calls_a_storing_method, (np.ones(3),), r"test_objects.py:\d+: unsupported assignment to attribute self.u"),
     (mutates_an_argument, (make_model(), np.ones(3)), r"unsupported assignment to attribute state.scale of a "
                                                       r"Model argument"),
+    (writes_an_attribute_array, (np.ones(3),), r"test_objects.py:\d+: unsupported assignment into STATEFUL.u, an "
+                                               r"array from outside the captured function.*copy it first"),
     (uses_a_deque, (np.ones(3),), r"test_objects.py:\d+: unsupported .*deque"),
     (calls_a_builtin_method, (np.ones(3), [0.0]), r"test_objects.py:\d+: unsupported buf.extend\(\) on a list from "
                                                   r"outside the captured function"),

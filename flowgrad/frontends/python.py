@@ -357,6 +357,7 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
                 cur = self.eval(target, frame)
                 pybuiltins.setitem(self, base, index, self.binop(opname, cur, rhs, loc), loc, _call_name(target))
                 return
+            _check_not_outside(base, target, loc)
             indexing.augmented_setitem(self, base, index, opname, rhs, loc)
             return
         if isinstance(target, ast.Attribute):
@@ -390,6 +391,7 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
                     raise unsupported(loc, "assignment into a tuple", "tuples cannot change: build a new one")
                 pybuiltins.setitem(self, base, index, value, loc, _call_name(target))
                 return
+            _check_not_outside(base, target, loc)
             indexing.setitem(self, base, index, value, loc)
         elif isinstance(target, ast.Attribute):
             objects.set_attr(self, self.eval(target.value, frame), target.attr, value, loc, _call_name(target))
@@ -785,6 +787,14 @@ class _Contents:
 
     def get(self, name, default=None):
         return self.snapshot(self.obj)
+
+
+def _check_not_outside(base, target, loc):
+    if isinstance(base, np.ndarray):
+        raise unsupported(loc, f"assignment into {_call_name(target.value)}, an array from outside the captured "
+                               "function (a global, or an attribute of an object)",
+                          "flowgrad does not change the caller's arrays: copy it first (a = np.copy(...)) and "
+                          "change the copy, or pass the array in as an argument")
 
 
 def _own_copy(v, owned):
