@@ -273,3 +273,14 @@ def test_against_jax_grad_with_pytrees():
     assert isinstance(theirs, Point) and isinstance(ours, Point)
     np.testing.assert_allclose(ours.x, np.asarray(theirs.x), rtol=1e-10)
     np.testing.assert_allclose(ours.scale, float(theirs.scale), rtol=1e-10)
+
+
+def test_result_known_at_capture(backend):
+    def f(x):
+        return {"n": x.shape[0], "tag": "sum", "pair": (1.5, None)}
+    assert flowgrad.jit(f, backend=backend)(np.ones(3)) == {"n": 3, "tag": "sum", "pair": (1.5, None)}
+
+    def g(x):
+        return np.sum(x * x), "tag"
+    out, pull = flowgrad.vjp(g, np.arange(3.0), backend=backend)
+    assert out[1] == "tag" and np.allclose(pull((2.0, None))[0], 4.0 * np.arange(3.0))

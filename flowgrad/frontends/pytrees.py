@@ -90,6 +90,8 @@ class ResultLayout:
         """The result tree from the program's result."""
         if not self.packed:
             return self.tree.unflatten([flat])
+        if not self.shapes:
+            return self.tree.unflatten([])       # nothing known only at run time
         flat = np.asarray(flat)
         sizes = [int(v) for v in flat[:self.header]]
         at, leaves = self.header, []
@@ -98,7 +100,7 @@ class ResultLayout:
             dims = tuple(next(it) if d is None else d for d in shape)
             n = int(np.prod(dims, dtype=np.int64))
             leaf = flat[at:at + n].astype(dt).reshape(dims)
-            leaves.append(leaf if dims else _scalar(leaf, dt))
+            leaves.append(leaf if dims else leaf[()])     # NumPy's scalar for a 0-d leaf
             at += n
         return self.tree.unflatten(leaves)
 
@@ -110,6 +112,8 @@ class ResultLayout:
             raise InputError(f"{exc} (the cotangent must have the structure of the result)") from None
         if not self.packed:
             return leaves[0]
+        if not self.shapes:
+            return 0.0
         flat = np.asarray(result)
         sizes = [int(v) for v in flat[:self.header]]
         it = iter(sizes)
@@ -122,11 +126,6 @@ class ResultLayout:
                                  f"has shape {dims}")
             parts.append(a.astype(self.dtype).ravel())
         return np.concatenate(parts)
-
-
-def _scalar(leaf, dt):
-    v = leaf[()]
-    return v
 
 
 def pack_result(fe, value, loc):
