@@ -236,6 +236,11 @@ def grows_in_a_while_loop(x):
     return np.sum(np.array(out))
 
 
+def keeps_a_generator(x):
+    g = (v * v for v in x)
+    return sum(g)
+
+
 def indexes_a_list_with_a_run_time_value(x, ws, k):
     return ws[k] * np.sum(x)
 
@@ -248,6 +253,8 @@ def indexes_a_list_with_a_run_time_value(x, ws, k):
     (grows_under_a_run_time_branch, (U,), r"under the condition at line \d+ on a Python list made before that branch "
                                           r"\(known only at run time"),
     (grows_in_a_while_loop, (U,), r"while loop at line \d+"),
+    (keeps_a_generator, (U,), r"test_python_constructs.py:\d+: unsupported generator expression other than as a "
+                              r"call's argument: use a list comprehension"),
     (indexes_a_list_with_a_run_time_value, (U, [1.0, 2.0], 1), r"indexing a Python list, tuple or dict with a value "
                                                                r"known only at run time"),
 ])

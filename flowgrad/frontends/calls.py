@@ -124,6 +124,8 @@ class CallExpressions:
         for a in node.args:
             if isinstance(a, ast.Starred):
                 args += pybuiltins.sequence(self, self.eval(a.value, frame), frame.loc(a), "unpacking with *")
+            elif isinstance(a, ast.GeneratorExp):
+                args.append(self.expr_ListComp(a, frame))       # its items, evaluated at once
             else:
                 args.append(self.eval(a, frame))
         kwargs = {}

@@ -5,8 +5,9 @@
 item while capturing, each pass with the item bound to the target, as Python runs it.
 ``break``/``continue`` work as in a run-time loop: a break whose condition is known at
 capture ends the unrolling; one known only at run time guards the later passes by its flag.
-List and dict comprehensions (and generator expressions, evaluated at once into a list) are
-unrolled the same way, their targets local to the comprehension as in Python 3.
+List and dict comprehensions (and generator expressions passed to a call, ``sum(x for x in xs)``,
+evaluated at once into a list) are unrolled the same way, their targets local to the
+comprehension as in Python 3.
 """
 from __future__ import annotations
 
@@ -85,7 +86,10 @@ class UnrolledStatements:
                            lambda: out.append(freeze(self, self.eval(node.elt, frame), frame.loc(node))))
         return out
 
-    expr_GeneratorExp = expr_ListComp          # evaluated at once: capture knows every item
+    def expr_GeneratorExp(self, node, frame):
+        # a call's argument (``sum(x * x for x in xs)``) is evaluated at once (``call_arguments``)
+        raise unsupported(frame.loc(node), "generator expression other than as a call's argument",
+                          "use a list comprehension ([... for ...])")
 
     def expr_DictComp(self, node, frame):
         out = made(self, {})
