@@ -114,14 +114,6 @@ class TreeDef:
         self.kids = tuple(kids)
         self.static = static          # the value of a static leaf
 
-    @property
-    def num_leaves(self):
-        if self.kind == "leaf":
-            return 1
-        if self.kind == "static":
-            return 0
-        return sum(k.num_leaves for k in self.kids)
-
     def key(self):
         """A hashable description: equal for trees of the same structure and static leaves."""
         if self.kind == "leaf":
@@ -188,14 +180,6 @@ class TreeDef:
                 walk(kid, x, path + (f".{k}" if td.kind in ("dataclass", "object") else f"[{k!r}]"))
         walk(self, tree, "")
         return out
-
-    def map_static(self, fn):
-        """Each static leaf passed through ``fn`` (a copy of the structure)."""
-        if self.kind == "leaf":
-            return self
-        if self.kind == "static":
-            return TreeDef("static", static=fn(self.static))
-        return TreeDef(self.kind, self.template, self.keys, [k.map_static(fn) for k in self.kids])
 
 
 _END = object()
