@@ -430,8 +430,11 @@ def _lower_einsum_vjp(low, s, ind):
     c = _out(low, s, ind)
     spec, k = s.attrs["subscripts"], s.attrs["k"]
     g, ops = s.inputs[0], list(s.inputs[1:])
-    names, inner = low.nest(c.shape, ind, "z")
-    low.line(f"{c.name}[{', '.join(names)}] = 0", inner)
+    if c.ndim:
+        names, inner = low.nest(c.shape, ind, "z")
+        low.line(f"{c.name}[{', '.join(names)}] = 0", inner)
+    else:                         # the adjoint of a 0-d operand (``np.einsum('i,->i', x, s)``)
+        low.line(f"{c.name} = 0.0", ind)
     ins, out = spec.split("->")
     terms = ins.split(",")
     full = ",".join(terms + [out]) + "->" + out
@@ -439,7 +442,7 @@ def _lower_einsum_vjp(low, s, ind):
     def body(name, _terms, _out, inner):
         factors = [_operand_elem(low, g, out, name)] if out else [low.src(g)]
         factors += [_operand_elem(low, o, t, name) for j, (o, t) in enumerate(zip(ops, terms)) if j != k]
-        target = f"{c.name}[{', '.join(name[ch] for ch in terms[k])}]"
+        target = f"{c.name}[{', '.join(name[ch] for ch in terms[k])}]" if c.ndim else c.name
         low.line(f"{target} += {' * '.join(factors)}", inner)
     _einsum_loops(low, full, ops + [g], body, ind)
 

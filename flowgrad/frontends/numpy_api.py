@@ -309,6 +309,13 @@ def _maker(fill):
     return handler
 
 
+def _ndarray(fe, loc, shape, dtype=float, buffer=None, offset=0, strides=None, order=None):
+    """``np.ndarray(shape, dtype)``: an allocation, as ``np.empty``."""
+    if buffer is not None or strides is not None:
+        raise unsupported(loc, "np.ndarray(buffer=..., strides=...)", "allocate with np.empty and copy into it")
+    return _filled(fe, loc, shape, None, _dtype_arg(dtype))
+
+
 def _like_maker(fill):
     def handler(fe, loc, a, dtype=None, order="K", subok=True, shape=None):
         e = fe.to_expr(a, loc)
@@ -445,11 +452,15 @@ def stack_values(fe, values, axis, loc):
 
 
 def _stack(fe, loc, arrays, axis=0):
-    return stack_values(fe, list(arrays), axis, loc)
+    return stack_values(fe, sequence(fe, arrays, "np.stack", loc), axis, loc)
 
 
 def _concatenate(fe, loc, arrays, axis=0):
-    exprs = [fe.to_expr(a, loc) for a in arrays]
+    exprs = [fe.to_expr(a, loc) for a in sequence(fe, arrays, "np.concatenate", loc)]
+    if not exprs:
+        raise FlowgradError(f"{loc}: need at least one array to concatenate")
+    if any(not e.shape for e in exprs):
+        raise FlowgradError(f"{loc}: zero-dimensional arrays cannot be concatenated")
     ndim = len(exprs[0].shape)
     if axis is None:
         exprs = [_ravel(fe, loc, e) for e in exprs]
@@ -479,13 +490,41 @@ def _shape_text(e):
     return str(tuple(const_value(d) if const_value(d) is not None else "?" for d in e.shape))
 
 
-def _hstack(fe, loc, arrays):
-    exprs = [fe.to_expr(a, loc) for a in arrays]
+def sequence(fe, arrays, what, loc):
+    """The items of ``arrays``: a list or tuple as it is, an array as NumPy iterates over it
+    (along its first axis, whose length must then be known when captured)."""
+    if not isinstance(arrays, (Expr, np.ndarray)):
+        return list(arrays)
+    e = fe.to_expr(arrays, loc)
+    if not e.shape:
+        raise FlowgradError(f"{loc}: {what}: a 0-d array is not a sequence of arrays")
+    n = const_value(e.shape[0])
+    if n is None:
+        raise unsupported(loc, f"{what} of one array whose first axis has a length known only at run time",
+                          "pass a list of arrays, or reshape the array instead")
+    return [indexing.getitem(fe, e, (k,), loc) for k in range(n)]
+
+
+def _one_element(fe, e, loc):
+    """A new 1-element vector holding 0-d ``e`` (``np.atleast_1d``)."""
+    c = fe.alloc("one", e.dtype, (Const(1),), loc, covered=True)
+    fe.emit(Assign(Ref(c), e, loc=loc))
+    return Read(Ref(c))
+
+
+def _hstack(fe, loc, arrays, dtype=None, casting="same_kind"):
+    if isinstance(arrays, Expr) and len(arrays.shape) in (1, 2):
+        return _copy(fe, loc, _ravel(fe, loc, arrays))      # the elements, or the rows, one after another
+    exprs = [fe.to_expr(a, loc) for a in sequence(fe, arrays, "np.hstack", loc)]
+    exprs = [_one_element(fe, e, loc) if not e.shape else e for e in exprs]     # np.atleast_1d
     return _concatenate(fe, loc, exprs, 0 if len(exprs[0].shape) == 1 else 1)
 
 
-def _vstack(fe, loc, arrays):
-    exprs = [fe.to_expr(a, loc) for a in arrays]
+def _vstack(fe, loc, arrays, dtype=None, casting="same_kind"):
+    if isinstance(arrays, Expr) and len(arrays.shape) == 2:
+        return _copy(fe, loc, arrays)                       # its rows, stacked again
+    exprs = [fe.to_expr(a, loc) for a in sequence(fe, arrays, "np.vstack", loc)]
+    exprs = [_one_element(fe, e, loc) if not e.shape else e for e in exprs]
     exprs = [indexing.getitem(fe, e, (None,), loc) if len(e.shape) == 1 else e for e in exprs]
     return _concatenate(fe, loc, exprs, 0)
 
@@ -684,7 +723,7 @@ _FUNCTIONS = {
     np.ravel: _ravel, np.stack: _stack, np.concatenate: _concatenate, np.hstack: _hstack,
     np.vstack: _vstack, np.flip: _flip, np.roll: _roll, np.triu: _tri("triu"), np.tril: _tri("tril"),
     np.cumsum: _cumsum, np.copy: _copy, np.array: _array, np.asarray: _asarray,
-    np.empty: _maker(None), np.zeros: _maker(None), np.ones: _maker(1),
+    np.empty: _maker(None), np.zeros: _maker(None), np.ones: _maker(1), np.ndarray: _ndarray,
     np.empty_like: _like_maker(None), np.zeros_like: _like_maker(None), np.ones_like: _like_maker(1),
     np.full: _full, np.full_like: _full_like, np.eye: _eye, np.identity: _eye,
     np.linalg.norm: _norm, np.linalg.solve: _solve, np.where: _where, np.clip: _clip,
@@ -693,7 +732,7 @@ _FUNCTIONS = {
     np.bool_: _scalar_cast("bool", False),
     len: _len, max: _minmax("max", "max"), min: _minmax("min", "min"), abs: _abs,
     float: _scalar_cast("float64", True), int: _scalar_cast("int64", True), bool: _scalar_cast("bool", True),
-    math.pow: _pow, pow: _pow,
+    math.pow: _pow, pow: _pow, slice: lambda fe, loc, *bounds: slice(*bounds),
 }
 _ADD_AT = np.add.at
 

@@ -73,7 +73,13 @@ def _var(fe, loc, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *,
 
 
 def _std(fe, loc, a, *args, **kwargs):
-    return op("sqrt", _var(fe, loc, a, *args, **kwargs))
+    """The square root of ``np.var``. Where the variance is 0 (all values equal) its derivative
+    is taken as 0, as central differences find (the standard deviation has a kink there, and
+    the chain rule would multiply sqrt's infinite slope by zero)."""
+    v = _var(fe, loc, a, *args, **kwargs)
+    v = v if isinstance(v, Read) else fe.materialize(v, "var", loc)
+    zero = op("equal", v, 0.0)
+    return op("where", zero, 0.0, op("sqrt", op("where", zero, 1.0, v)))     # no 1 / sqrt(0), not even masked
 
 
 def _average(fe, loc, a, axis=None, weights=None, returned=False, *, keepdims=False):
@@ -470,6 +476,8 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 def _tensordot(fe, loc, a, b, axes=2):
     ea, eb = fe.to_expr(a, loc), fe.to_expr(b, loc)
     na, nb = len(ea.shape), len(eb.shape)
+    if (not na or not nb) and axes in (0, ((), ()), ([], [])):
+        return fe.materialize(op("multiply", ea, eb), "tensordot", loc)     # a product with a scalar
     if isinstance(axes, (int, np.integer)):
         left, right = list(range(na - axes, na)), list(range(axes))
     else:
