@@ -746,7 +746,7 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
         return _add_at(fe, loc, *args, **kwargs)
     try:
         handler = _FUNCTIONS.get(fn)
-        if handler is None and "scipy.special" in sys.modules:
+        if handler is None and "scipy" in sys.modules:
             handler = _scipy_functions().get(fn)
     except TypeError:
         handler = None
@@ -858,10 +858,15 @@ def call_method(fe, obj, name, args, kwargs, loc):
     return handler(fe, loc, obj, *args, **kwargs)
 
 
-from . import numpy_composites, numpy_order  # noqa: E402
+from . import numpy_composites, numpy_linalg, numpy_order  # noqa: E402
 
-_scipy_functions = functools.lru_cache(maxsize=1)(numpy_order.scipy_functions)
-for _more in (numpy_composites, numpy_order):
+
+@functools.lru_cache(maxsize=1)
+def _scipy_functions():
+    return {**numpy_order.scipy_functions(), **numpy_linalg.scipy_functions()}
+
+
+for _more in (numpy_composites, numpy_order, numpy_linalg):
     _FUNCTIONS.update(_more.FUNCTIONS)
     _METHODS.update(_more.METHODS)
 
