@@ -858,7 +858,7 @@ def call_method(fe, obj, name, args, kwargs, loc):
     return handler(fe, loc, obj, *args, **kwargs)
 
 
-from . import numpy_composites, numpy_linalg, numpy_order  # noqa: E402
+from . import numpy_composites, numpy_linalg, numpy_order, numpy_statistics  # noqa: E402
 
 
 @functools.lru_cache(maxsize=1)
@@ -866,7 +866,7 @@ def _scipy_functions():
     return {**numpy_order.scipy_functions(), **numpy_linalg.scipy_functions()}
 
 
-for _more in (numpy_composites, numpy_order, numpy_linalg):
+for _more in (numpy_composites, numpy_order, numpy_linalg, numpy_statistics):
     _FUNCTIONS.update(_more.FUNCTIONS)
     _METHODS.update(_more.METHODS)
 
