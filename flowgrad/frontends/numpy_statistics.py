@@ -88,7 +88,9 @@ def _outer_edges(fe, loc, s, range):
         if const_value(s.shape[0]) == 0:
             return Const(0.0), Const(1.0)
         lo, hi = reduce(fe, "min", s, None, False, loc), reduce(fe, "max", s, None, False, loc)
-        _check_finite_range(fe, loc, lo, hi, "np.histogram: autodetected")
+        # NaN as NumPy's a.min() gives it (the native backend's min and max pass over NaN)
+        nan = op("greater", reduce(fe, "sum", op("int64", op("isnan", s)), None, False, loc), 0)
+        _check_finite_range(fe, loc, op("where", nan, np.nan, lo), op("where", nan, np.nan, hi), "np.histogram: autodetected")
     else:
         lo, hi = (_float(fe.to_expr(v, loc)) for v in range)
         lv, hv = const_value(lo), const_value(hi)
@@ -98,9 +100,9 @@ def _outer_edges(fe, loc, s, range):
             if not (np.isfinite(lv) and np.isfinite(hv)):
                 raise FlowgradError(f"{loc}: np.histogram: supplied range of [{lv}, {hv}] is not finite")
         else:
+            _check(fe, loc, [(op("where", op("greater", lo, hi), lo, hi), hi)],
+                   "np.histogram: max must be larger than min in range parameter (range ({}, {}))")
             _check_finite_range(fe, loc, lo, hi, "np.histogram: supplied")
-            _check(fe, loc, [(lo, op("minimum", lo, hi))], "np.histogram: max must be larger than min in range "
-                                                            "parameter (range ({}, ...))")
     same = op("equal", lo, hi)
     lo = op("where", same, op("subtract", lo, 0.5), lo)
     hi = op("where", same, op("add", hi, 0.5), hi)
