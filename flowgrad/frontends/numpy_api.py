@@ -11,7 +11,7 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import (BOOL, CASTS, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
+from ..ir.core import (BOOL, CASTS, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref,
                        const_value, is_weak, op, same_expr, scalar)
 from . import indexing
 
@@ -433,102 +433,6 @@ def _ravel(fe, loc, a, order="C"):
     return _reshape(fe, loc, e, (size,))
 
 
-def stack_values(fe, values, axis, loc):
-    """np.stack: each value written into its slot of a fresh array."""
-    exprs = [fe.to_expr(v, loc) for v in values]
-    if not exprs:
-        raise FlowgradError(f"{loc}: cannot stack an empty sequence")
-    shape = exprs[0].shape
-    ndim = len(shape) + 1
-    axis = axis_index(axis, ndim, loc)
-    dt = np.result_type(*[e.dtype for e in exprs]) if any(not isinstance(e, Const) for e in exprs) else \
-        np.result_type(*[e.value for e in exprs])
-    out_shape = shape[:axis] + (Const(len(exprs)),) + shape[axis:]
-    c = fe.alloc("stack", dt, out_shape, loc, covered=True)
-    for k, e in enumerate(exprs):
-        idx = tuple([slice(None)] * axis + [k])
-        fe.emit(Assign(indexing.view(Ref(c), idx, loc), e, loc=loc))
-    return Read(Ref(c))
-
-
-def _stack(fe, loc, arrays, axis=0):
-    return stack_values(fe, sequence(fe, arrays, "np.stack", loc), axis, loc)
-
-
-def _concatenate(fe, loc, arrays, axis=0):
-    exprs = [fe.to_expr(a, loc) for a in sequence(fe, arrays, "np.concatenate", loc)]
-    if not exprs:
-        raise FlowgradError(f"{loc}: need at least one array to concatenate")
-    if any(not e.shape for e in exprs):
-        raise FlowgradError(f"{loc}: zero-dimensional arrays cannot be concatenated")
-    ndim = len(exprs[0].shape)
-    if axis is None:
-        exprs = [_ravel(fe, loc, e) for e in exprs]
-        axis, ndim = 0, 1
-    axis = axis_index(axis, ndim, loc)
-    for e in exprs:
-        if len(e.shape) != ndim or any(
-                k != axis and const_value(d) is not None and const_value(f) is not None and const_value(d) != const_value(f)
-                for k, (d, f) in enumerate(zip(e.shape, exprs[0].shape))):
-            raise FlowgradError(f"{loc}: all the input array dimensions except for the concatenation axis must "
-                                f"match exactly ({_shape_text(exprs[0])} and {_shape_text(e)}, axis {axis})")
-    total = Const(0)
-    for e in exprs:
-        total = total + e.shape[axis]
-    shape = exprs[0].shape[:axis] + (total,) + exprs[0].shape[axis + 1:]
-    c = fe.alloc("concat", np.result_type(*[e.dtype for e in exprs]), shape, loc, covered=True)
-    off = Const(0)
-    for e in exprs:
-        items = [Slice(0, d, 1) for d in shape]
-        items[axis] = Slice(off, e.shape[axis], 1)
-        fe.emit(Assign(Ref(c, items), e, loc=loc))
-        off = off + e.shape[axis]
-    return Read(Ref(c))
-
-
-def _shape_text(e):
-    return str(tuple(const_value(d) if const_value(d) is not None else "?" for d in e.shape))
-
-
-def sequence(fe, arrays, what, loc):
-    """The items of ``arrays``: a list or tuple as it is, an array as NumPy iterates over it
-    (along its first axis, whose length must then be known when captured)."""
-    if not isinstance(arrays, (Expr, np.ndarray)):
-        return list(arrays)
-    e = fe.to_expr(arrays, loc)
-    if not e.shape:
-        raise FlowgradError(f"{loc}: {what}: a 0-d array is not a sequence of arrays")
-    n = const_value(e.shape[0])
-    if n is None:
-        raise unsupported(loc, f"{what} of one array whose first axis has a length known only at run time",
-                          "pass a list of arrays, or reshape the array instead")
-    return [indexing.getitem(fe, e, (k,), loc) for k in range(n)]
-
-
-def _one_element(fe, e, loc):
-    """A new 1-element vector holding 0-d ``e`` (``np.atleast_1d``)."""
-    c = fe.alloc("one", e.dtype, (Const(1),), loc, covered=True)
-    fe.emit(Assign(Ref(c), e, loc=loc))
-    return Read(Ref(c))
-
-
-def _hstack(fe, loc, arrays, dtype=None, casting="same_kind"):
-    if isinstance(arrays, Expr) and len(arrays.shape) in (1, 2):
-        return _copy(fe, loc, _ravel(fe, loc, arrays))      # the elements, or the rows, one after another
-    exprs = [fe.to_expr(a, loc) for a in sequence(fe, arrays, "np.hstack", loc)]
-    exprs = [_one_element(fe, e, loc) if not e.shape else e for e in exprs]     # np.atleast_1d
-    return _concatenate(fe, loc, exprs, 0 if len(exprs[0].shape) == 1 else 1)
-
-
-def _vstack(fe, loc, arrays, dtype=None, casting="same_kind"):
-    if isinstance(arrays, Expr) and len(arrays.shape) == 2:
-        return _copy(fe, loc, arrays)                       # its rows, stacked again
-    exprs = [fe.to_expr(a, loc) for a in sequence(fe, arrays, "np.vstack", loc)]
-    exprs = [_one_element(fe, e, loc) if not e.shape else e for e in exprs]
-    exprs = [indexing.getitem(fe, e, (None,), loc) if len(e.shape) == 1 else e for e in exprs]
-    return _concatenate(fe, loc, exprs, 0)
-
-
 def _flip(fe, loc, m, axis=None):
     e = fe.to_expr(m, loc)
     n = len(e.shape)
@@ -720,8 +624,7 @@ _FUNCTIONS = {
     np.amin: _reduction("min"), np.argmax: _reduction("argmax"), np.argmin: _reduction("argmin"),
     np.matmul: lambda fe, loc, a, b: matmul(fe, a, b, loc), np.dot: _dot, np.outer: _outer,
     np.einsum: _einsum, np.transpose: _transpose, np.swapaxes: _swapaxes, np.reshape: _reshape,
-    np.ravel: _ravel, np.stack: _stack, np.concatenate: _concatenate, np.hstack: _hstack,
-    np.vstack: _vstack, np.flip: _flip, np.roll: _roll, np.triu: _tri("triu"), np.tril: _tri("tril"),
+    np.ravel: _ravel, np.flip: _flip, np.roll: _roll, np.triu: _tri("triu"), np.tril: _tri("tril"),
     np.cumsum: _cumsum, np.copy: _copy, np.array: _array, np.asarray: _asarray,
     np.empty: _maker(None), np.zeros: _maker(None), np.ones: _maker(1), np.ndarray: _ndarray,
     np.empty_like: _like_maker(None), np.zeros_like: _like_maker(None), np.ones_like: _like_maker(1),
@@ -858,6 +761,8 @@ def call_method(fe, obj, name, args, kwargs, loc):
     return handler(fe, loc, obj, *args, **kwargs)
 
 
+from . import numpy_joins  # noqa: E402
+from .numpy_joins import stack_values  # noqa: E402 (np.array of a list; and for the Python frontend)
 from . import numpy_composites, numpy_linalg, numpy_order, numpy_statistics  # noqa: E402
 
 
@@ -866,7 +771,7 @@ def _scipy_functions():
     return {**numpy_order.scipy_functions(), **numpy_linalg.scipy_functions()}
 
 
-for _more in (numpy_composites, numpy_order, numpy_linalg, numpy_statistics):
+for _more in (numpy_joins, numpy_composites, numpy_order, numpy_linalg, numpy_statistics):
     _FUNCTIONS.update(_more.FUNCTIONS)
     _METHODS.update(_more.METHODS)
 

@@ -15,8 +15,9 @@ from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, CASTS, Assign, Call, Const, Expr, Read, Ref, const_value, is_weak, op,
                        result_dtype)
 from . import indexing
-from .numpy_api import (_arange, _axes, axis_index, _concatenate, _copy, _dtype_arg, _einsum, _eye,
-                        _reshape, _shape_arg, _solve, _transpose, reduce, stack_values)
+from .numpy_api import (_arange, _axes, axis_index, _copy, _dtype_arg, _einsum, _eye, _reshape, _shape_arg,
+                        _solve, _transpose, reduce)
+from .numpy_joins import _concatenate, stack_values
 
 
 def _const_int(v, what, loc):

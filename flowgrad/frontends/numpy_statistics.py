@@ -18,7 +18,8 @@ import numpy as np
 from ..errors import FlowgradError, unsupported
 from ..ir.core import BOOL, F64, I64, Assign, Call, Const, Expr, Read, Ref, const_value, op
 from . import indexing
-from .numpy_api import _concatenate, _transpose, matmul, reduce
+from .numpy_api import _transpose, matmul, reduce
+from .numpy_joins import _concatenate
 from .numpy_composites import _average, _const_int, _flat, _float, _linspace, _read
 from .numpy_order import _searchsorted, _sort
 
