@@ -38,9 +38,10 @@ def _transposed(c):
 
 
 def _cube(c, size):
-    """n^3 for the n x n (or m x n: m n min(m, n)) matrix that call ``c`` factorises."""
-    a = c.inputs[0]
-    return size(a.shape) * min(size(a.shape[-1:]), size(a.shape[-2:-1]))
+    """n^3 for the n x n (m x n: m n min(m, n)) matrix a call factorises (its first input), or
+    whose adjoint an adjoint call makes (its first output)."""
+    shape = (c.outputs[0] if c.op.endswith("_vjp") else c.inputs[0]).shape
+    return size(shape) * min(size(shape[-1:]), size(shape[-2:-1]))
 
 
 # ------------------------------------------------------------- adjoints
