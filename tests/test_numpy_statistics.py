@@ -328,11 +328,16 @@ def bincount_of_negatives(i):
     return np.bincount(i - 2)
 
 
+def weights_of_another_length(i, w, k):
+    return np.bincount(i, w[k:])
+
+
 @pytest.mark.parametrize("fn, args, words", [
     (histogram_of_edges_computed, (A30, EDGES[[0, 2, 1, 3]]), "must increase monotonically, when an array (1 steps"),
     (digitize_of_bins_computed, (A30, EDGES[[0, 2, 1, 3]]), "monotonically increasing or decreasing"),
     (histogram_of_nan_samples, (WITH_NAN,), "autodetected range of [nan, nan] is not finite"),
     (bincount_of_negatives, (TIES,), "must have no negative elements"),
+    (weights_of_another_length, (TIES, W30[:8], 2), "don't have the same length. (7 and 6)"),
 ], ids=lambda v: getattr(v, "__name__", None))
 def test_run_time_errors(fn, args, words, backend):
     with pytest.raises(ValueError) as excinfo:

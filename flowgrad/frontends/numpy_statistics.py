@@ -39,6 +39,16 @@ def _check_finite_range(fe, loc, lo, hi, what):
            f"{what} range of [{{}}, {{}}] is not finite")
 
 
+def _same_length(fe, loc, x, w, message):
+    """``x`` and ``w`` (vectors) of one length: checked now when both are known, else at run time."""
+    n, m = const_value(x.shape[0]), const_value(w.shape[0])
+    if n is not None and m is not None:
+        if n != m:
+            raise FlowgradError(f"{loc}: {message}")
+    else:
+        _check(fe, loc, [(x.shape[0], w.shape[0])], message + " ({} and {})")
+
+
 def _samples(fe, loc, a, what):
     e = fe.to_expr(a, loc)
     if e.dtype == np.float32 or e.dtype.kind not in "biuf":
@@ -68,9 +78,9 @@ def _bincount(fe, loc, x, weights=None, minlength=0):
     w = None
     if weights is not None:
         w = fe.to_expr(weights, loc)
-        if len(w.shape) != 1 or (const_value(w.shape[0]) is not None and const_value(e.shape[0]) is not None
-                                 and const_value(w.shape[0]) != const_value(e.shape[0])):
-            raise FlowgradError(f"{loc}: np.bincount: The weights and list don't have the same length.")
+        if len(w.shape) != 1:
+            raise FlowgradError(f"{loc}: np.bincount: object too deep for desired array (weights must be 1-D)")
+        _same_length(fe, loc, e, w, "np.bincount: The weights and list don't have the same length.")
         w = _read(fe, w if w.dtype == F64 else op("float64", w), loc)
     if const_value(e.shape[0]) == 0:
         length = low
@@ -173,6 +183,7 @@ def _histogram(fe, loc, a, bins=10, range=None, density=None, weights=None):
             raise FlowgradError(f"{loc}: np.histogram: weights should have the same shape as a.")
         wdt = we.dtype
         w = _read(fe, _float(_flat(fe, loc, we)), loc)
+        _same_length(fe, loc, s, w, "np.histogram: weights should have the same shape as a.")
     counts = indexing.getitem(fe, bincount(fe, loc, at, w, Const(n + 1)), (slice(None, n),), loc)
     if density:
         widths = op("subtract", indexing.getitem(fe, edges, (slice(1, None),), loc),
