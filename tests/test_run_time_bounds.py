@@ -4,6 +4,8 @@ from the end of the axis, and slice bounds are clipped to it (``x[k - 1:]`` at k
 well below zero to past the end, on both backends, against plain NumPy; gradients are checked
 against finite differences. Where the loops and branches around an index prove it
 non-negative, the generated code has no wrap-around (its views stay affine)."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -305,3 +307,35 @@ def test_checks_ahead_of_a_loop_use_its_last_value():
         for b in (9, 10):                # x[7] in the second loop; x[9] in the first
             with pytest.raises(IndexError):
                 run(x, b)
+
+
+def _loop_read(x, n):
+    s = 0.0
+    for i in range(n):
+        s += x[i] * 2.0
+    return s
+
+
+def _gather_read(x, idx):
+    return np.sum(x[idx] * x[idx])
+
+
+def _scalar_read(x, k):
+    return x[k] * 2.0
+
+
+def _line_of(fn, text):
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(k for k, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize("fn,args,text", [
+    (_loop_read, (np.ones(6), 7), "for i in range(n)"),       # checked once, ahead of the loop
+    (_gather_read, (np.ones(4), np.array([1, 5])), "x[idx]"),
+    (_scalar_read, (np.ones(5), 7), "x[k]"),
+], ids=["loop", "gather", "scalar"])
+def test_run_time_index_errors_name_the_users_line(fn, args, text, backend):
+    where = f"test_run_time_bounds.py:{_line_of(fn, text)}: index"
+    for transform in (flowgrad.jit, flowgrad.grad):
+        with pytest.raises(IndexError, match=where):
+            transform(fn, backend=backend)(*args)

@@ -32,7 +32,7 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_di
           "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
           "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 _FUNC = {"abs": "np.abs", "round": "np.rint", "maximum": "np.maximum", "minimum": "np.minimum",
-         "checked_index": "_rt.wrap", "gammaln": "_rt.gammaln", "digamma": "_rt.digamma",
+         "gammaln": "_rt.gammaln", "digamma": "_rt.digamma",
          "trigamma": "_rt.trigamma"}
 _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", "int32": "np.int32",
          "bool": "np.bool_"}
@@ -94,6 +94,19 @@ class Lowering:
         self.parallel = False       # whether some loop nest runs its outer loop over threads
         self.invariant = None       # while a fused nest is emitted: where and what to load ahead of its inner loop
         self.threads = os.environ.get("FLOWGRAD_PARALLEL", "") not in ("", "0")    # see ``splits``
+        self.loc = None             # the user's line of the statement being lowered
+        self.sites = []             # user lines of the index checks, by the number each raises
+
+    def site(self):
+        """The number an index check raises with, naming the user's line it is on (``SITES_*``)."""
+        where = str(self.loc) if self.loc is not None else ""
+        if where not in self.sites:
+            self.sites.append(where)
+        return self.sites.index(where)
+
+    def wrap(self, i, n):
+        """Source of NumPy's integer index ``i`` into an axis of length ``n``, checked."""
+        return f"_rt.wrap({i}, {n}, {self.site()})"
 
     # ------------------------------------------------------------ helpers
 
@@ -118,7 +131,7 @@ class Lowering:
         if isinstance(e, Read):
             return self.read(e.ref, idx, space)
         if isinstance(e, Take):
-            at = [f"_rt.wrap({self.elem(i, idx, space)}, {self.src(d)})"
+            at = [self.wrap(self.elem(i, idx, space), self.src(d))
                   for i, d in zip(e.index, e.source.container.shape)]
             return f"{e.source.container.name}[{', '.join(at)}]"
         if isinstance(e, Op):
@@ -145,6 +158,8 @@ class Lowering:
                 return f"({args[0]} * {args[0]})"
             if name in _CAST:
                 return f"{_CAST[name]}({args[0]})"
+            if name == "checked_index":
+                return self.wrap(*args)
             if space and (name, np.dtype(e.dtype)) in _COMPILED_MATH:
                 # they take float64 arguments only: an integer one is converted, as NumPy's ufunc does
                 args = [t if isinstance(a, Const) and isinstance(a.value, float) or np.dtype(a.dtype) == e.dtype
@@ -700,6 +715,14 @@ class Lowering:
         return True
 
     def stmt(self, s, ind):
+        outer = self.loc
+        self.loc = getattr(s, "loc", None) or outer
+        try:
+            self._stmt(s, ind)
+        finally:
+            self.loc = outer
+
+    def _stmt(self, s, ind):
         if isinstance(s, Assign):
             self.assign(s, ind)
         elif isinstance(s, Call):
@@ -1112,7 +1135,7 @@ def _finish(low, name, entry, returns):
         low.lines = [_PARALLEL_SAFE_NAME.sub(r"\1_", line) for line in low.lines]
     types = tuple((dt, nd) for dt, nd, _ in low.workspace)
     return (HEADER + "\n".join(low.lines) + f"\n\n\nWORKSPACE_{name} = {types!r}\n"
-            f"OUTPUTS_{name} = {tuple(low.outputs)!r}\n")
+            f"OUTPUTS_{name} = {tuple(low.outputs)!r}\nSITES_{name} = {tuple(low.sites)!r}\n")
 
 
 def emit_forward(prog) -> str:

@@ -512,7 +512,7 @@ def _advanced(low, s, src_shape, arrays, ind):
     for k, it in enumerate(spec):
         if it[0] == "array":
             arr = next(arr_iter)
-            src_idx.append(f"_rt.wrap({low.elem(arr, adv_names, bshape)}, {low.src(src_shape[k])})")
+            src_idx.append(low.wrap(low.elem(arr, adv_names, bshape), low.src(src_shape[k])))
         elif it[0] == "int":
             src_idx.append(low.src(it[1]))
         else:
@@ -686,7 +686,7 @@ def _lower_check_index(low, s, ind):
     xs = [low.src(e) for e in s.inputs]
     for k in range(0, len(xs), 3):
         for i in xs[k:k + 2]:
-            low.line(f"_rt.wrap({i}, {xs[k + 2]})", ind)
+            low.line(low.wrap(i, xs[k + 2]), ind)
     low.line(f"{s.outputs[0].name} = True", ind)
 
 

@@ -103,7 +103,7 @@ def _product_sums(body):
                 continue
             product, w = s.outputs[0], t.dst.container
             if t.expr.ref.container is product and t.expr.ref.is_whole() and _rows_contiguous(t.dst) \
-                    and w.dtype == product.dtype == F64 \
+                    and w.dtype == product.dtype == F64 and all(e.dtype == F64 for e in s.inputs) \
                     and not any(r.ref.container is w for e in s.inputs for r in iter_reads(e)):
                 found.setdefault(product, []).append(id(s))
     return {k for product, calls in found.items() if len(calls) == reads[product] for k in calls}
@@ -114,7 +114,8 @@ def _rows_contiguous(r):
     two slices, the second one along the container's last axis with step 1."""
     slices = [k for k, it in enumerate(r.items) if isinstance(it, Slice)]
     return (r.perm is None and len(r.items) == r.container.ndim and len(slices) == 2
-            and slices[1] == r.container.ndim - 1 and const_value(r.items[-1].step) == 1)
+            and slices[1] == r.container.ndim - 1 and const_value(r.items[-1].step) == 1
+            and (const_value(r.items[slices[0]].step) or 0) >= 1)     # not reversed rows (Z[::-1, :])
 
 
 def _reads_ahead(w, r):

@@ -26,8 +26,9 @@ class Kernel:
 
     KEEP = 2        # arrays remembered per output: a caller holding the previous one still gets one
 
-    def __init__(self, fn, types, out_types=(), serial=None):
+    def __init__(self, fn, types, out_types=(), serial=None, sites=()):
         self.fn = fn
+        self.sites = sites          # the user's line of each index check, by its number
         self.types = types
         self.out_types = out_types
         self.pool = []
@@ -66,8 +67,12 @@ class Kernel:
             from .native_runtime import OUT_OF_BOUNDS
             if exc.args[:1] != (OUT_OF_BOUNDS,):
                 raise
-            raise IndexError(f"index {exc.args[1]} is out of bounds for axis with size {exc.args[2]} "
-                             f"(in the code flowgrad compiled for {self.fn.__name__})") from None
+            site = exc.args[3] if len(exc.args) > 3 else -1
+            where = self.sites[site] if 0 <= site < len(self.sites) else ""
+            where = f"{where}: " if where else ""
+            raise IndexError(f"{where}index {exc.args[1]} is out of bounds for axis with size {exc.args[2]}"
+                             + ("" if where else f" (in the code flowgrad compiled for {self.fn.__name__})")) \
+                from None
         except ValueError as exc:
             if len(exc.args) < 2 or not isinstance(exc.args[0], str) or "{}" not in exc.args[0]:
                 raise
@@ -136,7 +141,8 @@ def compile_source(src: str, name: str):
         mod = importlib.util.module_from_spec(spec)
         sys.modules[modname] = mod
         spec.loader.exec_module(mod)
-    return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name), getattr(mod, "OUTPUTS_" + name), serial)
+    return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name), getattr(mod, "OUTPUTS_" + name), serial,
+                  getattr(mod, "SITES_" + name, ()))
 
 
 def available() -> bool:

@@ -38,7 +38,7 @@ if _MADVISE is not None:
         """``a``, its memory (not yet touched) marked for transparent huge pages when it is large,
         as NumPy does for its own allocations: paging in a fresh 32 MB array then costs a few
         faults instead of eight thousand (measured 4 ms instead of 11.5 ms to fill one)."""
-        if a.nbytes >= _HUGE_MIN_BYTES:
+        if a.nbytes >= _HUGE_MIN_BYTES and a.flags.c_contiguous:     # its own block of memory
             p = a.ctypes.data
             start = (p + 4095) & ~4095
             _MADVISE(start, p + a.nbytes - start, _MADV_HUGEPAGE)
@@ -60,31 +60,43 @@ _XXGEMM = numba.types.ExternalFunction("numba_xxgemm", numba.types.int32(
 
 
 @_jit
-def _blas_order(a):
+def _blas_layout(a):
     """``(transpose flag, leading dimension)`` of a float64 matrix for column-major BLAS, which
     reads a row-ordered ``a`` as its transpose (``'n'`` on ``a.T``) and a column-ordered one (a
-    transposed view) as it is."""
-    if a.strides[1] == 8 and a.strides[0] >= 8 * max(a.shape[1], 1):
-        return ord("n"), max(a.strides[0] // 8, 1)
-    return ord("t"), max(a.strides[1] // 8, 1)
+    transposed view) as it is; ``(0, 0)`` when its strides fit neither order (a reversed or
+    strided view: BLAS would walk past its memory), so it must not be passed by pointer."""
+    n0, n1 = a.shape
+    s0, s1 = a.strides
+    if (n1 <= 1 or s1 == 8) and (n0 <= 1 or s0 >= 8 * max(n1, 1)):
+        return ord("n"), max(s0 // 8 if n0 > 1 else n1, 1)
+    if (n0 <= 1 or s0 == 8) and (n1 <= 1 or s1 >= 8 * max(n0, 1)):
+        return ord("t"), max(s1 // 8 if n1 > 1 else n0, 1)
+    return 0, 0
 
 
 @_jit
 def matmul_acc(a, b, out):
-    """``out += a @ b`` for float64 matrices ``a`` (r, k) and ``b`` (k, m), each with contiguous rows
-    or contiguous columns (a transposed view), and ``out`` (r, m), a view with contiguous rows
-    (a whole matrix, or a block of columns of one): one BLAS call that adds the product to
-    ``out`` (``beta = 1``), with no product array and no pass adding it. In column-major terms
-    ``out.T += b.T @ a.T``."""
+    """``out += a @ b`` for float64 matrices ``a`` (r, k), ``b`` (k, m) and ``out`` (r, m): one BLAS
+    call that adds the product to ``out`` (``beta = 1``), with no product array and no pass adding
+    it, where each operand has contiguous rows or contiguous columns (a transposed view) and
+    ``out`` contiguous rows with a row stride of at least ``m`` (a whole matrix, or a block of
+    columns of one). In column-major terms ``out.T += b.T @ a.T``. The strides are checked here,
+    at run time, because BLAS writes through a raw pointer that no bounds check sees: any other
+    layout (a reversed view, ``out[::-1]``) takes a product array and a NumPy sum instead."""
     r, k = a.shape
     m = b.shape[1]
     if r == 0 or m == 0 or k == 0:
         return
-    ta, lda = _blas_order(b)
-    tb, ldb = _blas_order(a)
+    ta, lda = _blas_layout(b)
+    tb, ldb = _blas_layout(a)
+    to, ldc = _blas_layout(out)
+    if ta == 0 or tb == 0 or to != ord("n") or a.shape[1] != b.shape[0] or out.shape[0] != r or \
+            out.shape[1] != m:
+        out += np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+        return
     scales = np.ones(2)
     _XXGEMM(ord("d"), ta, tb, m, r, k, scales.ctypes.data, b.ctypes.data, lda, a.ctypes.data, ldb,
-            scales.ctypes.data + 8, out.ctypes.data, max(out.strides[0] // 8, m))
+            scales.ctypes.data + 8, out.ctypes.data, max(ldc, m))
 
 
 @_jit
@@ -295,17 +307,18 @@ OUT_OF_BOUNDS = "index out of bounds"     # first argument of the IndexError rai
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def wrap(i, n):
+def wrap(i, n, site):
     """NumPy's integer index ``i`` into an axis of length ``n``: a negative one counts from the
-    end, one outside ``-n .. n - 1`` raises IndexError (``NativeKernel`` words the message).
+    end, one outside ``-n .. n - 1`` raises IndexError (``Kernel`` words the message, naming the
+    user's line numbered ``site`` in the generated module's ``SITES_*``).
     Inlined where it is called: as a call, the check made gnn_scatter's gradient 1.6x slower
     (29.4 ms; inlined 19.1, without any check 18.0)."""
     if i < 0:
         if i < -n:
-            raise IndexError(OUT_OF_BOUNDS, i, n)
+            raise IndexError(OUT_OF_BOUNDS, i, n, site)
         return i + n
     if i >= n:
-        raise IndexError(OUT_OF_BOUNDS, i, n)
+        raise IndexError(OUT_OF_BOUNDS, i, n, site)
     return i
 
 

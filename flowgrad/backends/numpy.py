@@ -6,6 +6,8 @@ hold the old array itself rather than a copy.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..autodiff.rules import CALLS
@@ -123,9 +125,19 @@ def _attr_src(v):
 class Emitter:
     def __init__(self):
         self.lines = []
+        self.loc = None          # the user's line of the statement being emitted
+        self.locs = {}           # line index -> that line, for run-time errors (``located``)
 
     def line(self, text, indent):
+        if self.loc is not None:
+            self.locs[len(self.lines)] = str(self.loc)
         self.lines.append("    " * indent + text)
+
+    def source(self):
+        """The module source: the header, the lines, and the table of user lines by source line."""
+        offset = HEADER.count("\n") + 1
+        table = {k + offset: loc for k, loc in self.locs.items()}
+        return HEADER + "\n".join(self.lines) + f"\n\n\n_LOCS = {table!r}\n"
 
     def block(self, stmts, indent):
         if not stmts:
@@ -134,6 +146,14 @@ class Emitter:
             self.stmt(s, indent)
 
     def stmt(self, s, ind):
+        outer = self.loc
+        self.loc = getattr(s, "loc", None) or outer
+        try:
+            self._stmt(s, ind)
+        finally:
+            self.loc = outer
+
+    def _stmt(self, s, ind):
         if isinstance(s, Assign):
             self.assign(s, ind)
         elif isinstance(s, Call):
@@ -258,7 +278,7 @@ def emit_forward(prog) -> str:
         e.line(ln, 1)
     e.block(prog.body, 1)
     e.line(f"return {prog.results[0].name}", 1)
-    return HEADER + "\n".join(e.lines) + "\n"
+    return e.source()
 
 
 def emit_vjp(prog, gp, wrt) -> str:
@@ -303,12 +323,36 @@ def emit_vjp(prog, gp, wrt) -> str:
     e.line(f"return ({''.join(o + ', ' for o in outs)})", 2)
     e.line("", 1)
     e.line(f"return {prog.results[0].name}, pullback", 1)
-    return HEADER + "\n".join(e.lines) + "\n"
+    return e.source()
 
 
 def compile_source(src: str, name: str, filename: str):
-    """Execute generated source and return the function ``name``."""
+    """Execute generated source and return the function ``name`` (``located``)."""
     namespace = {}
     code = compile(src, filename, "exec")
     exec(code, namespace)  # noqa: S102 - our own generated source
-    return namespace[name]
+    return located(namespace[name], filename, namespace.get("_LOCS", {}))
+
+
+def located(fn, filename, locs):
+    """``fn``, whose run-time errors (an index out of bounds, sizes that differ) name the user's
+    line of the statement that raised them: the generated source line of the innermost frame in
+    ``filename``, looked up in ``locs``. A ``(result, pullback)`` result gets its pullback located."""
+    @functools.wraps(fn)
+    def run(*args):
+        try:
+            out = fn(*args)
+        except (IndexError, ValueError, ZeroDivisionError) as exc:
+            where, tb = None, exc.__traceback__
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename == filename:
+                    where = locs.get(tb.tb_lineno, where)
+                tb = tb.tb_next
+            text = str(exc)
+            if where is None or text.startswith(where.split(":")[0] + ":"):
+                raise
+            raise type(exc)(f"{where}: {text}") from None
+        if isinstance(out, tuple) and len(out) == 2 and callable(out[1]):
+            return out[0], located(out[1], filename, locs)
+        return out
+    return run

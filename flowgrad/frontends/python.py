@@ -88,6 +88,7 @@ class Frame:
         self.ret = None          # result container, for returns under runtime control flow
         self.ret_flag = None     # bool container: "has returned"
         self.ret_value = None    # the value of an unconditional top-level return
+        self.ret_node = None     # that return statement
         self.sources = {}        # closure name -> its cell (other outside names: fn.__globals__)
 
     def loc(self, node):
@@ -200,9 +201,10 @@ class Frontend(LoopStatements):
         if isinstance(value, (tuple, list)):
             raise unsupported(frame.loc(fdef), "tuple result",
                               "return one array or scalar (combine results, e.g. a weighted sum)")
-        e = self.to_expr(value, frame.loc(fdef))
+        where = frame.loc(frame.ret_node or fdef)
+        e = self.to_expr(value, where)
         res = self.container("result", e.dtype, e.shape)
-        body.append(Assign(Ref(res) if res.ndim else Ref(res, ()), e, loc=frame.loc(fdef)))
+        body.append(Assign(Ref(res) if res.ndim else Ref(res, ()), e, loc=where))
         params = self.params + [c for c, _ in self.consts.values()]
         return params, body, res
 
@@ -579,7 +581,7 @@ class Frontend(LoopStatements):
         loc = frame.loc(node)
         value = self.eval(node.value, frame) if node.value is not None else None
         if not frame.loops and self.out_depth_is_frame_top(frame):
-            frame.ret_value = value
+            frame.ret_value, frame.ret_node = value, node
             return Escape(dead=True)
         if value is None:
             raise unsupported(loc, "bare return under run-time control flow", "return a value")
