@@ -120,24 +120,27 @@ class CallExpressions:
     def call_arguments(self, node, frame):
         """A call's positional and keyword arguments (``*xs`` and ``**d`` of Python containers
         unpacked)."""
-        args = []
+        args = []       # (each held while the later ones are evaluated: ``g(z * 2.0, h(z))``)
         for a in node.args:
             if isinstance(a, ast.Starred):
-                args += pybuiltins.sequence(self, self.eval(a.value, frame), frame.loc(a), "unpacking with *")
+                _, v = self.then(args, lambda a=a: self.eval(a.value, frame))
+                args += pybuiltins.sequence(self, v, frame.loc(a), "unpacking with *")
             elif isinstance(a, ast.GeneratorExp):
-                args.append(self.expr_ListComp(a, frame))       # its items, evaluated at once
+                args.append(self.then(args, lambda a=a: self.expr_ListComp(a, frame))[1])   # evaluated at once
             else:
-                args.append(self.eval(a, frame))
-        kwargs = {}
+                args.append(self.then(args, lambda a=a: self.eval(a, frame))[1])
+        pairs = []      # (name, value) of the keywords, ``**d`` spread
         for k in node.keywords:
-            v = self.eval(k.value, frame)
+            held, v = self.then(args + [x for _, x in pairs], lambda k=k: self.eval(k.value, frame))
+            args[:] = held[:len(args)]
+            pairs = [(n, x) for (n, _), x in zip(pairs, held[len(args):])]
             if k.arg is None:
                 if not isinstance(v, dict):
                     raise unsupported(frame.loc(k.value), "** of a value that is not a dict", "unpack a dict")
-                kwargs.update(v)
+                pairs += list(v.items())
             else:
-                kwargs[k.arg] = v
-        return args, kwargs
+                pairs.append((k.arg, v))
+        return args, dict(pairs)
 
     def call(self, fn, args, kwargs, loc, name):
         handler = pybuiltins.handler_for(fn) or library.handler_for(fn)

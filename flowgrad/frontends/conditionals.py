@@ -32,7 +32,7 @@ class ConditionalExpressions:
                                    right_node, frame)
             if result is False:
                 return False
-            right = self.eval(right_node, frame)
+            (left,), right = self.then([left], lambda r=right_node: self.eval(r, frame))
             name = _CMPOPS.get(type(cop))
             if isinstance(cop, (ast.In, ast.NotIn)):
                 r = pybuiltins.contains(self, left, right, loc) == isinstance(cop, ast.In)

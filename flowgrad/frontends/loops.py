@@ -357,9 +357,13 @@ class LoopStatements:
             return []
         # a name that shared its container with another one on entry (``y = x`` before the loop)
         # gets storage of its own before the loop: writing its new values back would change both
+        # (a caller's name counts too: ``u = u * 0.5`` in a helper's loop must not overwrite the
+        # caller's array ``u`` was bound to)
+        callers = [w for f in self.frames if f is not frame for w in f.env.values()]
         aliased = [n for n, v0, _ in carried if any(
             other != n and isinstance(w, Read) and w.ref.container is v0.ref.container
-            for other, w in env0.items())]
+            for other, w in env0.items()) or any(
+            isinstance(w, Read) and w.ref.container is v0.ref.container for w in callers)]
         if aliased:
             return aliased
         # so does one a Python container holds (hist = [u] before the loop keeps the first u)

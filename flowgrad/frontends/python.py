@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import FlowgradError, InputError, UnsupportedError, unsupported
 from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, broadcast_shapes,
-                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes)
+                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, walk)
 from ..ir.ranges import Facts
 from .. import pytree
 from . import Captured, closures, indexing, objects, pybuiltins, pytrees, pyvalues
@@ -110,6 +110,25 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         self.out[-1].append(stmt)
         self.facts.written(w.container for w in stmt_writes(stmt))
         return stmt
+
+    def then(self, held, rest):
+        """``rest()``, evaluated after the values ``held`` (a list) that an expression computed
+        before it, as Python does: where ``rest`` writes what one of those computed values reads
+        (a helper updating its argument in place: ``0.8 * z + h(z)``, ``z[0] + h(z)``), that value
+        is computed into a container of its own ahead of the writes. (An array itself, or a view,
+        is NumPy's same object and shows the write.) Returns ``(held, rest's value)``."""
+        block = self.out[-1]
+        mark = len(block)
+        value = rest()
+        if len(block) > mark and any(_computed(v) for v in held):
+            written = {w.container for s in block[mark:] for t in walk([s]) for w in stmt_writes(t)}
+            for k, v in enumerate(held):
+                if _computed(v) and written & {r.ref.container for r in iter_reads(v)}:
+                    c = self.container("held", v.dtype, v.shape, weak=is_weak(v))
+                    ref = Ref(c) if c.ndim else Ref(c, ())
+                    block.insert(mark, Assign(ref, v))
+                    held[k] = Read(ref)
+        return held, value
 
     def collect(self, fn, *args):
         """Run ``fn`` collecting the statements it emits; returns (statements, fn's result)."""
@@ -719,7 +738,7 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
 
     def expr_BinOp(self, node, frame):
         loc = frame.loc(node)
-        a, b = self.eval(node.left, frame), self.eval(node.right, frame)
+        (a,), b = self.then([self.eval(node.left, frame)], lambda: self.eval(node.right, frame))
         if isinstance(node.op, ast.MatMult):
             return call_function(self, np.matmul, [a, b], {}, loc)
         opname = _BINOPS.get(type(node.op))
@@ -801,6 +820,12 @@ def _own_copy(v, owned):
     """Whether scalar ``v`` reads a transient container no name owns (a copy made for a value)."""
     return isinstance(v, Read) and v.ref.container.ndim == 0 and v.ref.container.kind == "transient" and \
         v.ref.container not in owned
+
+
+def _computed(v):
+    """Whether ``v`` is a value computed from what it reads (an expression, an element read from
+    an array), not an array object itself (a Read of a view, which NumPy shares)."""
+    return isinstance(v, Expr) and not isinstance(v, Const) and not (isinstance(v, Read) and v.shape)
 
 
 def _union(a, b):
