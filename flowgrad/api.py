@@ -20,6 +20,7 @@ from .errors import FlowgradError, InputError, UnsupportedError
 from .frontends.python import capture
 from .passes.bounds import hoist_view_bounds
 from .passes.checks import insert_size_checks
+from .passes.complex_calls import refuse_complex_calls
 from .passes.dce import eliminate_dead
 from .passes.fuse import fuse_temporaries, split_kept
 from .passes.copies import propagate_copies
@@ -44,9 +45,9 @@ def _arg_key(value, name, objects=False):
         leaves, tree = pytree.flatten(value, objects=objects)
         return ("tree", tree.key(), tuple(_arg_key(v, p) for v, p in zip(leaves, tree.paths(name))))
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "biuf":
-            raise InputError(f"argument {name!r} has dtype {value.dtype}; flowgrad differentiates real "
-                             "arrays (float, int, bool dtypes)")
+        if value.dtype.kind not in "biufc":
+            raise InputError(f"argument {name!r} has dtype {value.dtype}; flowgrad differentiates numeric "
+                             "arrays (float, complex, int, bool dtypes)")
         return ("array", value.shape, value.dtype.str)
     if isinstance(value, (bool, np.bool_)):
         return ("bool", bool(value))
@@ -55,7 +56,7 @@ def _arg_key(value, name, objects=False):
     if isinstance(value, (float, np.floating)):
         return ("float", np.dtype(type(value)).str if isinstance(value, np.floating) else "f8")
     if isinstance(value, (complex, np.complexfloating)):
-        raise InputError(f"argument {name!r} is complex; complex dtype is not supported")
+        return ("complex", np.dtype(type(value)).str if isinstance(value, np.complexfloating) else "c16")
     try:
         hash(value)
         return ("object", value)
@@ -64,7 +65,9 @@ def _arg_key(value, name, objects=False):
 
 
 def _is_float_leaf(v):
-    return isinstance(v, (float, np.floating)) or isinstance(v, np.ndarray) and v.dtype.kind == "f"
+    """A leaf that carries a derivative: a float or complex number or array."""
+    return isinstance(v, (float, np.floating, complex, np.complexfloating)) or \
+        isinstance(v, np.ndarray) and v.dtype.kind in "fc"
 
 
 class _Compiled:
@@ -78,7 +81,8 @@ class _Compiled:
         name = cap.name
         containers = cap.containers
         kept = KEPT_OUTPUTS if mode != "forward" else frozenset()
-        body = _pass("checks", lambda b: insert_size_checks(b, containers, cap.namer), cap.body, containers)
+        body = _pass("complex_calls", refuse_complex_calls, cap.body, containers)
+        body = _pass("checks", lambda b: insert_size_checks(b, containers, cap.namer), body, containers)
         body = _pass("split", lambda b: split_kept(b, kept, containers, cap.namer), body, containers)
         body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result], kept_ops=kept), body,
                      containers)
@@ -119,7 +123,7 @@ class _Compiled:
         for w in wrt_spec:
             leaves = cap.arg_leaves.get(w)
             if leaves is not None:
-                picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind == "f"]
+                picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind in "fc"]
                 if not picks:
                     raise InputError(f"wrt argument {w!r} holds no float arrays or floats to differentiate")
                 self.wrt_layout.append([(k, len(self.wrt) + j) for j, (k, _) in enumerate(picks)])
@@ -128,9 +132,9 @@ class _Compiled:
             c = cap.arg_containers.get(w)
             if c is None:
                 raise InputError(f"wrt argument {w!r} is not a float array or scalar argument")
-            if c.dtype.kind != "f":
-                raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float arguments can be "
-                                 "differentiated")
+            if c.dtype.kind not in "fc":
+                raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float and complex arguments can "
+                                 "be differentiated")
             self.wrt_layout.append(None)
             self.wrt.append(c)
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
@@ -219,6 +223,10 @@ def _native_vjp(grad_fn, cotangent, wrt):
         return tuple(g if w.ndim else g[0] for g, w in zip(grads, wrt))
 
     def vjp_fn(*args):
+        if cotangent.ndim == 0 and cotangent.dtype.kind == "c":
+            # the pullback of a complex result is linear over the reals only: one call per cotangent
+            result, _ = grad_fn(*args, 0j)
+            return result, lambda ct: unpack(grad_fn(*args, complex(ct))[1])
         if cotangent.ndim == 0:
             result, grads = grad_fn(*args, 1.0)
             kept = [grads]
@@ -391,12 +399,12 @@ def _check_wrt_value(name, v):
         raise InputError(f"wrt argument {name!r} is an integer ({v!r}); only float arguments can be differentiated: "
                          f"pass {float(v)!r} ({_EXPECTED})")
     if isinstance(v, np.ndarray):
-        if v.dtype.kind != "f":
+        if v.dtype.kind not in "fc":
             kind = "an integer or boolean" if v.dtype.kind in "biu" else f"a {v.dtype}"
             raise InputError(f"wrt argument {name!r} is {kind} array (dtype {v.dtype}, shape {v.shape}); only "
                              f"float arrays can be differentiated: pass {name}.astype(np.float64)")
         return
-    if isinstance(v, (float, np.floating)):
+    if isinstance(v, (float, np.floating, complex, np.complexfloating)):
         return
     if pytree.is_node(v, objects=True):
         try:
@@ -431,7 +439,7 @@ def _format_grads(entry, grads, wrt, single, args_by_name):
                 g = g.copy()                # a wrt named twice gets arrays of its own
             arrays.append(g)
             return g
-        return float(g)
+        return complex(g) if isinstance(v, (complex, np.complexfloating)) else float(g)
 
     pos = 0
     for name, picks in zip(wrt, entry.wrt_layout):
@@ -472,6 +480,11 @@ def _scalar_result(entry, name):
     if entry.layout is not None:
         raise InputError(f"grad of {name} requires a float scalar result, but it returns a "
                          f"{entry.layout.tree.kind}; use flowgrad.vjp for tuple, list and dict results")
+    if r.ndim == 0 and r.dtype.kind == "c":
+        raise InputError(f"grad of {name} requires a real scalar result, but it returns a {r.dtype} scalar: a "
+                         "gradient is of a real-valued function (JAX's convention, dL/dx - i dL/dy for z = x + iy); "
+                         "differentiate np.abs(...) ** 2 or np.real(...) of it, or use flowgrad.vjp for the "
+                         "complex result")
     if r.ndim != 0 or r.dtype.kind != "f":
         kind = f"an array of shape {tuple(getattr(d, 'value', d) for d in r.shape)}" if r.ndim else \
             f"a {r.dtype} scalar"
@@ -579,7 +592,11 @@ def vjp(fn, *args, wrt=None, backend=None):
     def pullback(cotangent):
         if layout is not None:
             cotangent = layout.pack_cotangent(cotangent, value)
-        ct = np.asarray(cotangent, dtype=entry.result.dtype if entry.result.dtype.kind == "f" else np.float64)
+        rdt = entry.result.dtype
+        if rdt.kind != "c" and np.iscomplexobj(cotangent):
+            raise InputError(f"the cotangent is complex but the result of {t.__name__} is real ({rdt}): pass a "
+                             "real cotangent")
+        ct = np.asarray(cotangent, dtype=rdt if rdt.kind in "fc" else np.float64)
         want = np.shape(value)
         if ct.shape != want:
             raise InputError(f"cotangent has shape {ct.shape} but the result of {t.__name__} has shape {want}")

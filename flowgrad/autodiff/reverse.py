@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
                        Push, Read, Ref, Slice, While, apart, broadcast_shapes, child_blocks, const_value, data_reads,
-                       difference, is_float, iter_reads, loop_range, map_blocks, op, same_expr, same_ref, scalar,
+                       difference, is_inexact, iter_reads, loop_range, map_blocks, op, same_expr, same_ref, scalar,
                        stmt_reads, stmt_writes, walk)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
@@ -49,7 +49,7 @@ def activity(prog: Program, wrt, result) -> set:
         for dsts, srcs in edges:
             if srcs & varied:
                 for d in dsts:
-                    if d not in varied and is_float(d.dtype):
+                    if d not in varied and is_inexact(d.dtype):
                         varied.add(d)
                         changed = True
     useful = {result}
@@ -61,7 +61,7 @@ def activity(prog: Program, wrt, result) -> set:
                 for c in srcs - useful:
                     useful.add(c)
                     changed = True
-    return {c for c in varied & useful if is_float(c.dtype)}
+    return {c for c in varied & useful if is_inexact(c.dtype)}
 
 
 # ---------------------------------------------------------------- the builder
@@ -111,6 +111,7 @@ class ReverseBuilder:
         gref = self.grad_ref(x)
         if gref is None:
             return []
+        contrib = _real_part(contrib, gref.dtype)
         if _needs_unbroadcast(space, gref.shape):
             t = self.temp(gref.shape, gref.dtype, "gsum")
             return [Call("sum_to", [contrib], [t], {"shape": gref.shape, "full": space}),
@@ -122,7 +123,7 @@ class ReverseBuilder:
         default the operand's; a broadcast result is summed back), then add it."""
         if self.grad_ref(x) is None and not isinstance(x, Op):
             return []
-        t = self.temp(x.shape if shape is None else shape, x.dtype if is_float(x.dtype) else np.float64,
+        t = self.temp(x.shape if shape is None else shape, x.dtype if is_inexact(x.dtype) else np.float64,
                       "g" + opname[:4])
         contrib = Read(Ref(t)) if scale is None else Read(Ref(t)) * scale
         return [Call(opname, inputs, [t], attrs or {})] + self.accumulate(x, contrib)
@@ -159,6 +160,7 @@ class ReverseBuilder:
         ``np.where(x > 0, np.sqrt(x), 0)`` has gradient 0, not 0 * inf = NaN, at x <= 0."""
         if isinstance(e, Const) or not self.is_active_expr(e):
             return []
+        g = _real_part(g, e.dtype)
         space = broadcast_shapes(g.shape, e.shape) if space is None else space
         if isinstance(e, Read):
             if self.grad_ref(e) is not None:
@@ -196,7 +198,7 @@ class ReverseBuilder:
                 continue
             if not isinstance(a, Read) and _needs_unbroadcast(space, a.shape):
                 t = self.temp(a.shape, a.dtype, "gsum")
-                p = p if gd is None else op("where", gd, p, 0.0)
+                p = _real_part(p if gd is None else op("where", gd, p, 0.0), a.dtype)
                 stmts.append(Call("sum_to", [p], [t], {"shape": a.shape, "full": space}))
                 stmts += self._propagate(a, Read(Ref(t)), a.shape, leaves)
             else:
@@ -300,7 +302,8 @@ KEPT_OUTPUTS = frozenset({"tanh", "exp", "expm1"})
 
 # element functions whose partials are finite wherever their operands are
 _FINITE_PARTIALS = frozenset({"add", "subtract", "multiply", "negative", "abs", "square", "maximum",
-                              "minimum", "where", "sin", "cos", "tanh", "arctan", "float64", "float32"})
+                              "minimum", "where", "sin", "cos", "tanh", "arctan", "float64", "float32",
+                              "complex128", "complex64", "real", "imag", "conj"})
 
 
 def _finite_partials(e):
@@ -318,6 +321,13 @@ def _cheap(e, budget=2):
     if isinstance(e, Op) and e.name in ("multiply", "negative", "add", "subtract") and budget > 0:
         return all(_cheap(a, budget - 1) for a in e.args)
     return False
+
+
+def _real_part(g, dtype):
+    """The adjoint of a real value from a complex one: its real part. As in JAX, a real value that
+    flows into complex arithmetic gets a real gradient (for ``L(x + i y)``: ``dL/dx - i dL/dy``, whose
+    real part is the derivative by the real input)."""
+    return op("real", g) if g.dtype.kind == "c" and np.dtype(dtype).kind != "c" else g
 
 
 def _needs_unbroadcast(src, dst):

@@ -17,9 +17,36 @@ from ..ir.core import ELEMENTWISE, INPLACE_CALLS, Assign, Call, Const, NewAxis, 
 
 def _sq(x):
     """``x * x``, in float64 for an integer ``x`` (whose square may overflow)."""
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         x = op("float64", x)
     return x * x
+
+
+# Complex values follow JAX's convention: the adjoint of ``z = x + i y`` is ``dL/dx - i dL/dy``, so
+# a holomorphic function's partial is its complex derivative (no conjugate), ``conj`` passes the
+# conjugate of its adjoint on, and a real value's adjoint keeps only the real part (``reverse``).
+
+
+def _complex(x):
+    return x.dtype.kind == "c"
+
+
+def _abs_partial(g, out, a):
+    """``|z|``: ``g * conj(z) / |z|``, 0 at ``z = 0`` (as JAX); a real one's ``g * sign(x)``."""
+    if not _complex(a):
+        return (g * op("sign", a),)
+    return (g * op("conj", a) / op("where", op("equal", out, 0.0), 1.0, out),)
+
+
+def _power_partials(g, out, a, b):
+    base = op("where", op("equal", a, 0.0), 1.0, a) if _complex(a) else op("where", op("greater", a, 0), a, 1)
+    return g * b * op("power", a, b - 1), g * op("log", base) * out
+
+
+def _arccosh_partial(g, out, a):
+    if _complex(a):        # sqrt(z - 1) sqrt(z + 1), the principal branches' derivative
+        return (g / (op("sqrt", a - 1.0) * op("sqrt", a + 1.0)),)
+    return (g / op("sqrt", (a - 1.0) * (a + 1.0)),)
 
 
 PARTIALS = {
@@ -27,9 +54,7 @@ PARTIALS = {
     "subtract": lambda g, out, a, b: (g, -g),
     "multiply": lambda g, out, a, b: (g * b, g * a),
     "divide": lambda g, out, a, b: (g / b, -g * a / _sq(b)),
-    "power": lambda g, out, a, b: (
-        g * b * op("power", a, b - 1),
-        g * op("log", op("where", op("greater", a, 0), a, 1)) * out),
+    "power": _power_partials,
     "maximum": lambda g, out, a, b: (op("where", op("greater_equal", a, b), g, 0.0),
                                      op("where", op("less", a, b), g, 0.0)),
     "minimum": lambda g, out, a, b: (op("where", op("less_equal", a, b), g, 0.0),
@@ -39,7 +64,7 @@ PARTIALS = {
     # a % b = a - floor(a / b) * b (float operands; integer ones carry no adjoint)
     "mod": lambda g, out, a, b: (g, -g * op("floor", a / b)),
     "negative": lambda g, out, a: (-g,),
-    "abs": lambda g, out, a: (g * op("sign", a),),
+    "abs": _abs_partial,
     "square": lambda g, out, a: (g * 2.0 * a,),
     "exp": lambda g, out, a: (g * out,),
     "expm1": lambda g, out, a: (g * (out + 1.0),),
@@ -58,7 +83,7 @@ PARTIALS = {
     "cosh": lambda g, out, a: (g * op("sinh", a),),
     "tanh": lambda g, out, a: (g * (1.0 - _sq(out)),),
     "arcsinh": lambda g, out, a: (g / op("sqrt", _sq(a) + 1.0),),
-    "arccosh": lambda g, out, a: (g / op("sqrt", (a - 1.0) * (a + 1.0)),),
+    "arccosh": _arccosh_partial,
     "arctanh": lambda g, out, a: (g / (1.0 - _sq(a)),),
     "exp2": lambda g, out, a: (g * out * float(np.log(2.0)),),
     "gammaln": lambda g, out, a: (g * op("digamma", a),),
@@ -69,6 +94,13 @@ PARTIALS = {
     "where": lambda g, out, c, a, b: (None, op("where", c, g, 0.0), op("where", c, 0.0, g)),
     "float64": lambda g, out, a: (g,),
     "float32": lambda g, out, a: (g,),
+    "complex128": lambda g, out, a: (g,),
+    "complex64": lambda g, out, a: (g,),
+    "real": lambda g, out, a: (g,),
+    "imag": lambda g, out, a: (g * -1j if _complex(a) else None,),
+    "conj": lambda g, out, a: (op("conj", g),),
+    # angle(z) = arctan2(y, x): -i g / z (NaN at 0, as JAX); a real one's is piecewise constant
+    "angle": lambda g, out, a: (g * -1j / a if _complex(a) else None,),
 }
 # Piecewise-constant or boolean results: derivative zero almost everywhere, so no adjoint flows.
 ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "floor_divide", "less", "less_equal",
@@ -87,10 +119,12 @@ class CallRule:
     numpy(ins, attrs) -> source of a NumPy expression producing a fresh array (or tuple).
     vjp(ctx, call, gouts) -> statements accumulating into the inputs' adjoints.
     inplace: outputs[0] is also read and updated (not overwritten wholesale).
+    complex: it takes complex operands (on both backends, its vjp in JAX's convention); a call of
+    another op on complex values is refused (``passes.complex_calls``).
     """
 
-    def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc=""):
-        self.numpy, self.vjp, self.inplace, self.doc = numpy, vjp, inplace, doc
+    def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False):
+        self.numpy, self.vjp, self.inplace, self.doc, self.complex = numpy, vjp, inplace, doc, complex
         self.flops = flops or (lambda call, size: size(call.outputs[0].shape))
 
 
@@ -378,8 +412,8 @@ def _gather_index(ins, attrs):
 
 
 CALLS = {
-    "sum": CallRule(_red("sum"), _vjp_sum, doc="sum over axes"),
-    "prod": CallRule(_red("prod"), _vjp_prod, doc="product over axes"),
+    "sum": CallRule(_red("sum"), _vjp_sum, complex=True, doc="sum over axes"),
+    "prod": CallRule(_red("prod"), _vjp_prod, complex=True, doc="product over axes"),
     "check_index": CallRule(lambda i, a: f"_rt.check_index({', '.join(i)})", flops=lambda call, size: 0,
                             doc="raises IndexError unless each (first, last, n) triple of its inputs has "
                                 "first and last within -n .. n - 1 (an index checked ahead of its loop)"),
@@ -400,13 +434,13 @@ CALLS = {
                        # a vector on the right (``A @ x``, ``u @ v``) makes no output column
                        flops=lambda c, size: 2 * size(c.inputs[0].shape) *
                        (size(c.inputs[1].shape[-1:]) if len(c.inputs[1].shape) > 1 else 1),
-                       doc="matrix product (BLAS)"),
+                       complex=True, doc="matrix product (BLAS)"),
     "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})",
                                flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
-                               doc="sum over leading axes of a[..., :, :].T @ g[..., :, :] (one GEMM)"),
+                               complex=True, doc="sum over leading axes of a[..., :, :].T @ g[..., :, :] (one GEMM)"),
     "solve": CallRule(lambda i, a: f"np.linalg.solve({i[0]}, {i[1]})", _vjp_solve,
                       flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]),
-                      doc="linear solve (LAPACK)"),
+                      complex=True, doc="linear solve (LAPACK)"),
     "det": CallRule(lambda i, a: f"np.linalg.det({i[0]})", _vjp_det,
                     flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                     doc="determinant (LU, LAPACK)"),
@@ -418,38 +452,38 @@ CALLS = {
                          doc="lower Cholesky factor (LAPACK; reads the lower triangle)"),
     "lu_factor": CallRule(lambda i, a: f"_rt.lu_factor({i[0]})",
                           flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
-                          doc="LU factorisation of a matrix a loop solves with (hoisted out of the loop; "
+                          complex=True, doc="LU factorisation of a matrix a loop solves with (hoisted out of the loop; "
                               "created after differentiation, never differentiated)"),
     "lu_solve": CallRule(lambda i, a: f"_rt.lu_solve({i[0]}, {i[1]}, {i[2]}, {a.get('trans', 0)})",
                          flops=lambda c, size: 2 * size(c.inputs[0].shape) * max(1, size(c.inputs[2].shape[1:])),
-                         doc="solve with a kept LU factorisation (two triangular solves); ``trans``: with the "
+                         complex=True, doc="solve with a kept LU factorisation (two triangular solves); ``trans``: with the "
                              "factorised matrix's transpose"),
     "reshape": CallRule(lambda i, a: f"np.reshape({i[0]}, {_tuple_src(a['shape'])}).copy()", _vjp_reshape,
-                        doc="reshape (copy)"),
+                        complex=True, doc="reshape (copy)"),
     "cumsum": CallRule(lambda i, a: f"np.cumsum({i[0]}, axis={a['axis']!r})", _vjp_cumsum,
-                       doc="cumulative sum"),
-    "triu": CallRule(lambda i, a: f"np.triu({i[0]}, {a['k']})", _vjp_tri, doc="upper triangle"),
-    "tril": CallRule(lambda i, a: f"np.tril({i[0]}, {a['k']})", _vjp_tri, doc="lower triangle"),
+                       complex=True, doc="cumulative sum"),
+    "triu": CallRule(lambda i, a: f"np.triu({i[0]}, {a['k']})", _vjp_tri, complex=True, doc="upper triangle"),
+    "tril": CallRule(lambda i, a: f"np.tril({i[0]}, {a['k']})", _vjp_tri, complex=True, doc="lower triangle"),
     "einsum": CallRule(lambda i, a: f"np.einsum({a['subscripts']!r}, {', '.join(i)}, optimize=True)",
-                       _vjp_einsum, doc="Einstein summation"),
+                       _vjp_einsum, complex=True, doc="Einstein summation"),
     "einsum_vjp": CallRule(lambda i, a: f"_rt.einsum_vjp({a['subscripts']!r}, {a['k']}, {', '.join(i)})",
-                           doc="adjoint of one einsum operand"),
-    "eye": CallRule(lambda i, a: f"np.eye({a['n']}, {a['m']}, {a['k']})", doc="identity"),
+                           complex=True, doc="adjoint of one einsum operand"),
+    "eye": CallRule(lambda i, a: f"np.eye({a['n']}, {a['m']}, {a['k']})", complex=True, doc="identity"),
     "arange": CallRule(lambda i, a: f"np.arange({', '.join(i)})", doc="integer range"),
     "gather": CallRule(lambda i, a: f"np.array({i[0]}[{_gather_index(i[1:], a)}])", _vjp_gather,
-                       doc="integer-array indexing x[idx]"),
+                       complex=True, doc="integer-array indexing x[idx]"),
     "gather_last": CallRule(lambda i, a: f"_rt.gather_last({i[0]}, {_gather_index(i[1:], a)})",
-                            doc="gather where only the last duplicate index receives a value"),
+                            complex=True, doc="gather where only the last duplicate index receives a value"),
     "add_at": CallRule(lambda i, a: f"np.add.at({{out}}, {_gather_index(i[1:], a)}, {i[0]})",
-                       _vjp_add_at, inplace=True, doc="np.add.at(y, idx, v): accumulate at indices"),
+                       _vjp_add_at, inplace=True, complex=True, doc="np.add.at(y, idx, v): accumulate at indices"),
     "scatter": CallRule(lambda i, a: f"{{out}}[{_gather_index(i[1:], a)}] = {i[0]}", _vjp_scatter,
-                        inplace=True, doc="y[idx] = v with integer arrays (last write wins)"),
+                        inplace=True, complex=True, doc="y[idx] = v with integer arrays (last write wins)"),
     "mask_gather": CallRule(lambda i, a: f"{i[0]}[{i[1]}]", _vjp_mask_gather,
-                            doc="boolean-mask read x[m]"),
+                            complex=True, doc="boolean-mask read x[m]"),
     "mask_scatter": CallRule(lambda i, a: f"{{out}}[{i[1]}] = {i[0]}", _vjp_mask_scatter, inplace=True,
-                             doc="boolean-mask write y[m] = v"),
+                             complex=True, doc="boolean-mask write y[m] = v"),
     "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", inplace=True,
-                         doc="boolean-mask accumulate y[m] += v"),
+                         complex=True, doc="boolean-mask accumulate y[m] += v"),
     "bincount": CallRule(lambda i, a: f"np.bincount({i[0]}, {i[1] if len(i) > 1 else None}, minlength={a['length']})",
                          _vjp_bincount, flops=lambda call, size: size(call.inputs[0].shape),
                          doc="np.bincount(x, weights): the number (total weight) of each value of x; the "
@@ -462,7 +496,7 @@ CALLS = {
                                   "and iterations the forward sweep runs"),
     "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])}, {_tuple_src(a['full'])})",
                        _vjp_sum_to,
-                       doc="sum a broadcast adjoint back to an operand's shape"),
+                       complex=True, doc="sum a broadcast adjoint back to an operand's shape"),
 }
 
 

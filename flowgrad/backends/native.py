@@ -35,7 +35,9 @@ _FUNC = {"abs": "np.abs", "round": "np.rint", "maximum": "np.maximum", "minimum"
          "gammaln": "_rt.gammaln", "digamma": "_rt.digamma",
          "trigamma": "_rt.trigamma"}
 _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", "int32": "np.int32",
-         "bool": "np.bool_"}
+         "bool": "np.bool_", "complex128": "np.complex128", "complex64": "np.complex64"}
+# parts and conjugate of a (complex or real) element, as Numba types them
+_PARTS = {"real": "({}).real", "imag": "({}).imag", "conj": "({}).conjugate()"}
 
 
 _VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) costs more than it saves
@@ -46,6 +48,14 @@ _VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) 
 _COMPILED_MATH = {(name, np.dtype(np.float64)): f"_rt.{function}"
                   for name, function in (("exp", "exp64"), ("log", "log64"), ("tanh", "tanh64"), ("sin", "sin64"),
                                          ("cos", "cos64"), ("arctan", "arctan64"), ("arctan2", "arctan2_64"))}
+
+
+def _const_src(v):
+    if isinstance(v, complex):
+        return repr(v) if np.isfinite(v) else f"complex({_const_src(v.real)}, {_const_src(v.imag)})"
+    if isinstance(v, float) and not np.isfinite(v):
+        return "np.nan" if np.isnan(v) else ("np.inf" if v > 0 else "-np.inf")
+    return repr(v)
 
 
 def _vector_math(e):
@@ -124,10 +134,7 @@ class Lowering:
     def elem(self, e, idx, space):
         """Source of expression ``e``'s element at iteration-space position ``idx`` (broadcasting)."""
         if isinstance(e, Const):
-            v = e.value
-            if isinstance(v, float) and not np.isfinite(v):
-                return "np.nan" if np.isnan(v) else ("np.inf" if v > 0 else "-np.inf")
-            return repr(v)
+            return _const_src(e.value)
         if isinstance(e, Read):
             return self.read(e.ref, idx, space)
         if isinstance(e, Take):
@@ -158,6 +165,8 @@ class Lowering:
                 return f"({args[0]} * {args[0]})"
             if name in _CAST:
                 return f"{_CAST[name]}({args[0]})"
+            if name in _PARTS:
+                return _PARTS[name].format(args[0])
             if name == "checked_index":
                 return self.wrap(*args)
             if space and (name, np.dtype(e.dtype)) in _COMPILED_MATH:
@@ -1028,7 +1037,7 @@ class Lowering:
             dims = [self.fresh("d") for _ in range(c.ndim)]
             self.line(f"{top} -= {c.ndim}", ind)
             for d, n in enumerate(dims):
-                self.line(f"{n} = int({tape}[{top} + {d}])", ind)
+                self.line(f"{n} = int({tape}[{top} + {d}]{'.real' if c.dtype.kind == 'c' else ''})", ind)
             self.line(f"{top} -= {' * '.join(dims)}", ind)
             self.line(f"{c.name} = np.empty(({', '.join(dims)},), dtype={dtype_src(c.dtype)})", ind)
             self.flat_copy(f"{tape}[{top} + {{k}}]", c.name, c.ndim, "from tape", ind)

@@ -19,7 +19,7 @@ def new_array(shape, dtype, zeros=False):
 
 def _scalar_type(dt):
     dt = np.dtype(dt)
-    return {"f": f"np.{dt.name}", "i": "np.int64", "u": "np.int64", "b": "np.bool_"}[dt.kind]
+    return {"f": f"np.{dt.name}", "c": f"np.{dt.name}", "i": "np.int64", "u": "np.int64", "b": "np.bool_"}[dt.kind]
 
 
 def _out(low, s, ind):
@@ -189,7 +189,8 @@ def _operand_array(low, e, ind):
             return f"{r.container.name}.T"
         return f"np.ascontiguousarray({low.view_src(r)})" if not r.is_whole() else low.view_src(r)
     tmp = low.fresh("opnd")
-    low.line(f"{tmp} = np.empty({low.shape_tuple(e.shape)}, dtype=np.float64)", ind)
+    dtype = e.dtype if e.dtype.kind == "c" else np.float64
+    low.line(f"{tmp} = np.empty({low.shape_tuple(e.shape)}, dtype={dtype_src(dtype)})", ind)
     names, inner = low.nest(e.shape, ind)
     low.line(f"{tmp}[{', '.join(names)}] = {low.elem(e, names, e.shape)}", inner)
     return tmp
@@ -235,7 +236,7 @@ def _lower_matmul(low, s, ind):
         return
     if len(a.shape) <= 2 and len(b.shape) <= 2:
         if c.ndim == 0:
-            low.line(f"{c.name} = np.float64(np.dot({sa}, {sb}))", ind)
+            low.line(f"{c.name} = {_scalar_type(c.dtype)}(np.dot({sa}, {sb}))", ind)
         elif len(a.shape) == 2 and len(b.shape) == 2 and c.name in low.allocated_at_start:
             low.line(f"np.dot({sa}, {sb}, {c.name})", ind)      # into the buffer: no fresh result array
         else:

@@ -20,6 +20,7 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_di
 _NP_NAME = {"abs": "absolute", "logical_and": "logical_and", "logical_or": "logical_or"}
 _SPECIAL = {"gammaln", "digamma", "trigamma"}        # SciPy's, through the runtime
 _SCALAR_TYPE = {"f": "np.{}", "i": "int", "u": "int", "b": "bool"}
+_CASTS = ("float64", "float32", "int64", "int32", "bool", "complex128", "complex64")
 
 
 def dtype_src(dt) -> str:
@@ -28,7 +29,7 @@ def dtype_src(dt) -> str:
 
 def _scalar_ctor(dt) -> str:
     dt = np.dtype(dt)
-    return f"np.{dt.name}" if dt.kind == "f" else _SCALAR_TYPE[dt.kind]
+    return f"np.{dt.name}" if dt.kind in "fc" else _SCALAR_TYPE[dt.kind]
 
 
 def expr_src(e) -> str:
@@ -36,6 +37,8 @@ def expr_src(e) -> str:
         v = e.value
         if isinstance(v, float) and not np.isfinite(v):
             return f"np.float64({str(v)!r})"
+        if isinstance(v, complex) and not np.isfinite(v):
+            return f"complex(float({str(v.real)!r}), float({str(v.imag)!r}))"
         return repr(v)
     if isinstance(e, Read):
         return ref_src(e.ref)
@@ -45,7 +48,7 @@ def expr_src(e) -> str:
             return f"({args[0]} {_INFIX[e.name]} {args[1]})"
         if e.name == "negative":
             return f"(-{args[0]})"
-        if e.name in ("float64", "float32", "int64", "int32", "bool"):
+        if e.name in _CASTS:
             if e.shape == ():
                 return f"{_scalar_ctor(e.dtype)}({args[0]})"
             return f"np.asarray({args[0]}).astype({dtype_src(e.dtype)})"

@@ -7,6 +7,7 @@ import numpy as np
 import scipy.linalg
 import scipy.special
 
+from . import fft_runtime as fft  # noqa: F401 (for generated code: _rt.fft.<name>)
 from . import linalg_runtime as linalg  # noqa: F401 (for generated code: _rt.linalg.<name>)
 
 

@@ -32,6 +32,7 @@ _UFUNCS = {
     np.floor_divide: "floor_divide", np.mod: "mod", np.less: "less", np.less_equal: "less_equal",
     np.greater: "greater", np.greater_equal: "greater_equal", np.equal: "equal",
     np.not_equal: "not_equal", np.logical_and: "logical_and", np.logical_or: "logical_or",
+    np.conjugate: "conj",
 }
 _MATH = {
     math.exp: "exp", math.expm1: "expm1", math.log1p: "log1p", math.sqrt: "sqrt", math.sin: "sin",
@@ -122,7 +123,7 @@ def matmul(fe, a, b, loc):
     # one float dtype for both operands (BLAS, and Numba's np.dot, take no mixed or integer ones);
     # an integer or boolean product is computed in float64 (exact below 2**53) and cast back
     result = np.result_type(a.dtype, b.dtype)
-    dt = result if result.kind == "f" else np.dtype(np.float64)
+    dt = result if result.kind in "fc" else np.dtype(np.float64)
     a, b = (e if e.dtype == dt else op(dt.name, e) for e in (a, b))
     a = a if isinstance(a, Read) else fe.materialize(a, "t", loc)
     b = b if isinstance(b, Read) else fe.materialize(b, "t", loc)
@@ -227,7 +228,7 @@ def _solve(fe, loc, a, b):
     if len(a.shape) != 2 or len(b.shape) not in (1, 2):
         raise unsupported(loc, "np.linalg.solve with batched operands", "solve one system per call")
     dt = np.result_type(a.dtype, b.dtype)
-    dt = dt if dt.kind == "f" else np.dtype(np.float64)
+    dt = dt if dt.kind in "fc" else np.dtype(np.float64)
     a, b = (e if e.dtype == dt else fe.materialize(op(dt.name, e), "t", loc) for e in (a, b))
     out = fe.container("solve", dt, b.shape)
     fe.emit(Call("solve", [a, b], [out], loc=loc))
@@ -237,6 +238,7 @@ def _solve(fe, loc, a, b):
 def _norm(fe, loc, x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm: vector norms of any order; matrix norms 'fro', 1, -1, inf and -inf."""
     e = fe.to_expr(x, loc)
+    e = op("abs", e) if e.dtype.kind == "c" else e        # a complex array's norms are its moduli's
     e = e if e.dtype.kind == "f" else op("float64", e)
     matrix = (axis is None and len(e.shape) == 2) or (isinstance(axis, tuple) and len(axis) == 2)
     if axis is None and len(e.shape) > 2 and ord is not None:
@@ -365,9 +367,11 @@ def _asarray(fe, loc, obj, dtype=None, order=None):
 def _astype(fe, loc, x, dtype, copy=True):
     dt = _dtype_arg(dtype)
     name = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32", I64: "int64",
-            np.dtype(np.int32): "int32", BOOL: "bool"}.get(dt)
+            np.dtype(np.int32): "int32", BOOL: "bool", np.dtype(np.complex128): "complex128",
+            np.dtype(np.complex64): "complex64"}.get(dt)
     if name is None:
-        raise unsupported(loc, f"conversion to {dt}", "use float64, float32, int64, int32 or bool")
+        raise unsupported(loc, f"conversion to {dt}", "use float64, float32, complex128, complex64, int64, int32 "
+                          "or bool")
     return op(name, fe.to_expr(x, loc))
 
 
@@ -711,6 +715,8 @@ def get_attribute(fe, obj, attr, loc):
             return _transpose(fe, loc, obj)
         if attr == "dtype":
             return obj.dtype
+        if attr in ("real", "imag"):
+            return numpy_complex.part(fe, obj, attr, loc)
         if attr in _METHODS:
             return _BoundMethod(obj, attr)
         raise unsupported(loc, f"array attribute .{attr}", "use NumPy functions on the array")
@@ -763,7 +769,7 @@ def call_method(fe, obj, name, args, kwargs, loc):
 
 from . import numpy_joins  # noqa: E402
 from .numpy_joins import stack_values  # noqa: E402 (np.array of a list; and for the Python frontend)
-from . import numpy_composites, numpy_linalg, numpy_order, numpy_statistics  # noqa: E402
+from . import numpy_complex, numpy_composites, numpy_fft, numpy_linalg, numpy_order, numpy_statistics  # noqa: E402
 
 
 @functools.lru_cache(maxsize=1)
@@ -771,7 +777,7 @@ def _scipy_functions():
     return {**numpy_order.scipy_functions(), **numpy_linalg.scipy_functions()}
 
 
-for _more in (numpy_joins, numpy_composites, numpy_order, numpy_linalg, numpy_statistics):
+for _more in (numpy_joins, numpy_composites, numpy_order, numpy_linalg, numpy_statistics, numpy_complex, numpy_fft):
     _FUNCTIONS.update(_more.FUNCTIONS)
     _METHODS.update(_more.METHODS)
 

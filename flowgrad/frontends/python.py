@@ -17,8 +17,8 @@ import inspect
 import numpy as np
 
 from ..errors import FlowgradError, InputError, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, broadcast_shapes,
-                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, walk)
+from ..ir.core import (BOOL, F64, I64, Assign, Call, ComplexOperandError, Const, Container, Expr, If, Op, Read, Ref,
+                       broadcast_shapes, const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, walk)
 from ..ir.ranges import Facts
 from .. import pytree
 from . import Captured, closures, indexing, objects, pybuiltins, pytrees, pyvalues
@@ -149,7 +149,7 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
     def to_expr(self, value, loc=None) -> Expr:
         if isinstance(value, Expr):
             return value
-        if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        if isinstance(value, (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)):
             return Const(value)
         if isinstance(value, np.ndarray):
             return self.const_array(value)
@@ -163,7 +163,7 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         """A module-level NumPy array used by the function: passed in as a hidden parameter."""
         key = id(value)
         if key not in self.consts:
-            if value.dtype.kind not in "biuf":
+            if value.dtype.kind not in "biufc":
                 raise UnsupportedError(f"unsupported constant array of dtype {value.dtype}")
             c = self.container("const", value.dtype, value.shape, "arg")
             self.consts[key] = (c, value)
@@ -223,11 +223,11 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
             c = self.container(hint, _data_dtype(value.dtype, hint), value.shape, "arg")
         elif isinstance(value, (int, np.integer)):
             c = self.container(hint, I64, (), "arg", weak=python)
-        elif isinstance(value, (float, np.floating)):
-            c = self.container(hint, _data_dtype(np.dtype(type(value)) if isinstance(value, np.floating) else F64,
-                                                 hint), (), "arg", weak=python)
+        elif isinstance(value, (float, np.floating, complex, np.complexfloating)):
+            dt = np.dtype(type(value)) if isinstance(value, np.generic) else np.dtype(type(value).__name__)
+            c = self.container(hint, _data_dtype(dt, hint), (), "arg", weak=python)
         else:
-            raise InputError(f"argument {hint!r} is {type(value).__name__}; flowgrad computes with real numbers")
+            raise InputError(f"argument {hint!r} is {type(value).__name__}; flowgrad computes with numbers and arrays")
         self.params.append(c)
         self.param_sources.append(source)
         return c, Read(Ref(c)) if isinstance(value, np.ndarray) else scalar(c)
@@ -313,6 +313,8 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
             return method(node, frame) or Escape()
         except (FlowgradError, Restart):
             raise
+        except ComplexOperandError as exc:
+            raise unsupported(loc, *exc.args) from None
         except (ValueError, TypeError, IndexError, KeyError, AttributeError, NotImplementedError) as exc:
             raise FlowgradError(f"{loc}: {exc}") from exc
 
@@ -434,7 +436,7 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         if isinstance(value, Expr) and value.shape == ():
             self.write_scalar(name, value, frame, loc)
             return
-        if owned is not None and isinstance(value, (bool, int, float, np.number, np.bool_)):
+        if owned is not None and isinstance(value, (bool, int, float, complex, np.number, np.bool_)):
             self.write_scalar(name, Const(value), frame, loc)
             return
         if isinstance(value, Op) or (isinstance(value, Read) and not value.ref.container.ndim):
@@ -850,11 +852,12 @@ def _check_broadcast(src, dst, loc):
 
 
 def _data_dtype(dt, name):
-    """``dt`` when flowgrad computes in it (bool, integers, float32, float64), else an InputError."""
-    if dt.kind in "biu" or dt in (np.float32, np.float64):
+    """``dt`` when flowgrad computes in it (bool, integers, float32, float64, complex64, complex128),
+    else an InputError."""
+    if dt.kind in "biu" or dt in (np.float32, np.float64, np.complex64, np.complex128):
         return dt
     raise InputError(f"argument {name!r} has dtype {dt}, which flowgrad does not compute in: convert it "
-                     f"(np.asarray({name}, dtype=np.float64), or float32)")
+                     f"(np.asarray({name}, dtype=np.float64), or float32, complex128)")
 
 
 _BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",

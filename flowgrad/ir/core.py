@@ -10,10 +10,34 @@ import numpy as np
 F64 = np.dtype(np.float64)
 I64 = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
+C128 = np.dtype(np.complex128)
 
 
 def is_float(dtype) -> bool:
     return np.dtype(dtype).kind == "f"
+
+
+def is_complex(dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
+
+
+def is_inexact(dtype) -> bool:
+    """Float or complex: the dtypes that carry derivatives."""
+    return np.dtype(dtype).kind in "fc"
+
+
+def real_dtype(dtype):
+    """The real dtype of a complex one (complex64 -> float32), else ``dtype`` itself."""
+    dt = np.dtype(dtype)
+    return np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt
+
+
+def complex_dtype(dtype):
+    """The complex dtype holding values of ``dtype`` (float32 -> complex64, integers -> complex128)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        return dt
+    return np.dtype(np.complex64) if dt == np.float32 or dt == np.float16 else np.dtype(np.complex128)
 
 
 # ---------------------------------------------------------------- containers
@@ -179,6 +203,8 @@ class Const(Expr):
                 dtype = BOOL
             elif isinstance(value, (int, np.integer)):
                 dtype = I64
+            elif isinstance(value, complex):
+                dtype = C128
             else:
                 dtype = F64
         self.dtype = np.dtype(dtype)
@@ -242,13 +268,14 @@ class Take(Expr):
 
 
 # name -> (arity, result kind): 'same' numeric promotion, 'float' promotes ints to float64,
-# 'bool' comparison/logic, 'cast' takes the dtype from attrs.
+# 'bool' comparison/logic, 'cast' takes the dtype from attrs; 'real' and 'real_float' are 'same'
+# and 'float' with a complex operand's real dtype (``abs``, ``real``: complex128 -> float64).
 ELEMENTWISE = {
     "add": (2, "same"), "subtract": (2, "same"), "multiply": (2, "same"),
     "divide": (2, "float"), "floor_divide": (2, "same"), "mod": (2, "same"),
     "power": (2, "same"), "maximum": (2, "same"), "minimum": (2, "same"),
     "arctan2": (2, "float"), "hypot": (2, "float"),
-    "negative": (1, "same"), "abs": (1, "same"), "sign": (1, "same"), "square": (1, "same"),
+    "negative": (1, "same"), "abs": (1, "real"), "sign": (1, "same"), "square": (1, "same"),
     "exp": (1, "float"), "expm1": (1, "float"), "log": (1, "float"), "log1p": (1, "float"),
     "log2": (1, "float"), "log10": (1, "float"), "sqrt": (1, "float"),
     "sin": (1, "float"), "cos": (1, "float"), "tan": (1, "float"),
@@ -265,7 +292,9 @@ ELEMENTWISE = {
     "logical_and": (2, "bool"), "logical_or": (2, "bool"), "logical_not": (1, "bool"),
     "isnan": (1, "bool"), "isfinite": (1, "bool"),
     "float64": (1, "cast"), "float32": (1, "cast"), "int64": (1, "cast"), "int32": (1, "cast"),
-    "bool": (1, "cast"),
+    "bool": (1, "cast"), "complex128": (1, "cast"), "complex64": (1, "cast"),
+    # complex numbers: parts, conjugate and argument (of a real operand: itself, 0, itself, 0 or pi)
+    "real": (1, "real"), "imag": (1, "real"), "conj": (1, "same"), "angle": (1, "real_float"),
     # NumPy's integer index ``i`` into an axis of length ``n``: ``i + n`` for a negative one,
     # an IndexError outside ``-n .. n - 1`` (where the frontend cannot prove it inside)
     "checked_index": (2, "same"),
@@ -283,13 +312,50 @@ def is_cheap(e) -> bool:
     return not isinstance(e, Op) or (e.name in CHEAP_OPS and all(is_cheap(a) for a in e.args))
 
 
-CASTS = {"float64": np.float64, "float32": np.float32, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
+CASTS = {"float64": np.float64, "float32": np.float32, "int64": np.int64, "int32": np.int32, "bool": np.bool_,
+         "complex128": np.complex128, "complex64": np.complex64}
+
+# Element functions NumPy orders complex numbers for (lexicographically) or does not define for
+# them: refused on complex operands rather than given a meaning the math does not have. Casts to
+# a real dtype are refused too: they would drop the imaginary part.
+COMPLEX_REFUSED = {
+    "less": "complex numbers have no order", "less_equal": "complex numbers have no order",
+    "greater": "complex numbers have no order", "greater_equal": "complex numbers have no order",
+    "maximum": "complex numbers have no order", "minimum": "complex numbers have no order",
+    "floor": "complex numbers have no order", "ceil": "complex numbers have no order",
+    "round": "complex numbers have no order", "sign": "complex numbers have no order",
+    "floor_divide": "complex numbers have no order", "mod": "complex numbers have no order",
+    "arctan2": "it is defined for real operands", "hypot": "it is defined for real operands",
+    "logaddexp": "it is defined for real operands", "cbrt": "it is defined for real operands",
+    "gammaln": "it is defined for real operands", "digamma": "it is defined for real operands",
+    "trigamma": "it is defined for real operands", "checked_index": "indices are integers",
+    "logical_and": "it is defined for real operands", "logical_or": "it is defined for real operands",
+    "logical_not": "it is defined for real operands",
+}
+
+
+class ComplexOperandError(TypeError):
+    """An element function applied to complex values it is not defined for (``COMPLEX_REFUSED``),
+    or a complex value cast to a real dtype. ``args``: (the construct, what to do instead); the
+    frontend reports it at the user's line."""
+
+
+def _refuse_complex(name, args):
+    if not any(a.dtype.kind == "c" for a in args):
+        return
+    if name in COMPLEX_REFUSED:
+        what = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}.get(name, f"np.{name}")
+        raise ComplexOperandError(f"{what} of complex values ({COMPLEX_REFUSED[name]})",
+                                  "compare or combine real values: np.abs(z), np.real(z), np.imag(z)")
+    if name in CASTS and name not in ("complex128", "complex64"):
+        raise ComplexOperandError(f"conversion of complex values to {name} (it would drop the imaginary part)",
+                                  "take np.real(z), np.imag(z) or np.abs(z) first")
 
 
 def as_expr(x) -> Expr:
     if isinstance(x, Expr):
         return x
-    if isinstance(x, (bool, int, float, np.generic)):
+    if isinstance(x, (bool, int, float, complex, np.generic)):
         return Const(x)
     raise TypeError(f"cannot make an IR expression of {x!r}")
 
@@ -319,14 +385,18 @@ def result_dtype(args, kind):
     if strong:
         dt = np.result_type(*strong)
         for w in weak:
-            if w.kind == "f" and dt.kind in "biu":
+            if w.kind == "c" and dt.kind != "c":
+                dt = complex_dtype(dt)           # float32 * 1j is complex64, an integer's complex128
+            elif w.kind == "f" and dt.kind in "biu":
                 dt = F64
             elif w.kind in "iu" and dt.kind == "b":
                 dt = I64
     else:
         dt = np.result_type(*weak)
-    if kind == "float" and dt.kind in "biu":
+    if kind in ("float", "real_float") and dt.kind in "biu":
         dt = F64
+    if kind in ("real", "real_float"):
+        dt = real_dtype(dt)
     return np.dtype(dt)
 
 
@@ -377,6 +447,7 @@ def op(name, *args, dtype=None) -> Expr:
     arity, kind = ELEMENTWISE[name]
     if len(args) != arity:
         raise TypeError(f"{name} takes {arity} operands")
+    _refuse_complex(name, args[1:] if name == "where" else args)
     if kind == "cast":
         dt = np.dtype(CASTS[name])
     elif kind == "bool":
