@@ -538,6 +538,9 @@ def _square_matrix(fe, loc, a, what):
     e = fe.to_expr(a, loc)
     if len(e.shape) != 2:
         raise unsupported(loc, f"np.linalg.{what} of a stack of matrices", "call it on one matrix at a time")
+    if e.dtype.kind == "c":
+        raise unsupported(loc, f"np.linalg.{what} of a complex matrix", "flowgrad solves complex systems "
+                          "(np.linalg.solve, np.linalg.inv); other decompositions take real matrices")
     e = e if e.dtype.kind == "f" else op("float64", e)
     return _read(fe, e, loc)
 
@@ -567,7 +570,7 @@ def _inv(fe, loc, a):
     e = fe.to_expr(a, loc)
     if len(e.shape) != 2:
         raise unsupported(loc, "np.linalg.inv of a stack of matrices", "invert one matrix per call")
-    e = e if e.dtype.kind == "f" else op("float64", e)
+    e = e if e.dtype.kind in "fc" else op("float64", e)
     return _solve(fe, loc, e, _eye(fe, loc, e.shape[0], dtype=e.dtype))
 
 

@@ -93,13 +93,14 @@ class ResultLayout:
         if not self.shapes:
             return self.tree.unflatten([])       # nothing known only at run time
         flat = np.asarray(flat)
-        sizes = [int(v) for v in flat[:self.header]]
+        sizes = [int(v) for v in np.real(flat[:self.header])]
         at, leaves = self.header, []
         it = iter(sizes)
         for shape, dt in zip(self.shapes, self.dtypes):
             dims = tuple(next(it) if d is None else d for d in shape)
             n = int(np.prod(dims, dtype=np.int64))
-            leaf = flat[at:at + n].astype(dt).reshape(dims)
+            part = flat[at:at + n]
+            leaf = (part if dt.kind == "c" else np.real(part)).astype(dt).reshape(dims)   # real leaves were real
             leaves.append(leaf if dims else leaf[()])     # NumPy's scalar for a 0-d leaf
             at += n
         return self.tree.unflatten(leaves)
@@ -115,7 +116,7 @@ class ResultLayout:
         if not self.shapes:
             return 0.0
         flat = np.asarray(result)
-        sizes = [int(v) for v in flat[:self.header]]
+        sizes = [int(v) for v in np.real(flat[:self.header])]
         it = iter(sizes)
         parts = [np.zeros(self.header, self.dtype)]
         for k, (shape, leaf) in enumerate(zip(self.shapes, leaves)):
