@@ -29,7 +29,7 @@ def twin(fn):
     for name, value in fn.__globals__.items():
         if isinstance(value, types.FunctionType) and value.__module__ == fn.__module__:
             scope[name] = types.FunctionType(value.__code__, scope, name, value.__defaults__)
-    return types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__)
+    return types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 # ---------------------------------------------------------------- element functions

@@ -264,7 +264,7 @@ class LoopStatements:
         assigned = _assigned_names(node.body)
         for name in assigned:
             v = frame.env.get(name)
-            if isinstance(v, (bool, int, float, np.number)) and not isinstance(v, bool) or \
+            if isinstance(v, (bool, int, float, complex, np.number)) and not isinstance(v, bool) or \
                     isinstance(v, (np.bool_,)) or isinstance(v, bool) and name in frame.owned:
                 self.write_scalar(name, Const(v), frame, frame.loc(node))
         for attempt in range(4):

@@ -41,7 +41,7 @@ def represented_type(v):
         if v.shape:
             return np.ndarray
         if is_weak(v):
-            return {"f": float, "i": int, "u": int, "b": bool}[v.dtype.kind]
+            return {"f": float, "c": complex, "i": int, "u": int, "b": bool}[v.dtype.kind]
         return v.dtype.type
     if isinstance(v, LocalFunction):
         return type(lambda: None)

@@ -893,6 +893,8 @@ def capture(fn, args, object_args=()) -> Captured:
         return [bound.arguments[n] if k is None else leaves[n][k] for n, k in sources] + const_values
 
     name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
+    if name in _RESERVED:             # ``lambda``: the generated function needs a name Python allows
+        name += "_fn"
     cap = Captured(name, params, body, result, fe.containers, fe.namer, fe.arg_containers, inputs)
     cap.arg_leaves = fe.arg_leaves
     cap.result_layout = fe.result_layout
