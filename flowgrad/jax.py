@@ -33,7 +33,7 @@ def function(fn, backend=None):
 
     Returns:
       ``f(*args)`` on JAX arrays (and numbers), usable under ``jax.jit`` and ``jax.grad``.
-      Gradients flow to every floating-point argument; integer arguments get none.
+      Gradients flow to every floating-point and complex argument; integer arguments get none.
 
     Example:
       >>> sim = flowgrad.jax.function(simulate)                         # doctest: +SKIP
@@ -54,7 +54,8 @@ def function(fn, backend=None):
         return jax.ShapeDtypeStruct(shape, entry.result.dtype)
 
     def differentiable(args):
-        return tuple(k for k, a in enumerate(args) if np.dtype(a.dtype).kind == "f")
+        # complex arguments too: flowgrad's cotangents of complex values are JAX's (no conjugate)
+        return tuple(k for k, a in enumerate(args) if np.dtype(a.dtype).kind in "fc")
 
     def host_forward(*args):
         return np.asarray(forward(*[_host(a) for a in args]))

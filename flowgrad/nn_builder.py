@@ -61,6 +61,11 @@ class NNBuilder:
         return Read(Ref(c) if c.ndim else Ref(c, ()))
 
     def container(self, hint, dtype, shape, kind="transient"):
+        if np.dtype(dtype).kind == "c":
+            where = f"{self.loc}: " if self.loc is not None else ""
+            raise UnsupportedError(f"{where}unsupported complex values ({np.dtype(dtype)}, {hint!r}) in the model: "
+                                   "flowgrad differentiates complex numbers in NumPy programs; pass real arrays "
+                                   "(the real and imaginary parts as two) to models")
         c = Container(self.namer(hint), dtype, tuple(Const(int(d)) if isinstance(d, (int, np.integer)) else d
                                                       for d in shape), kind)
         self.containers[c.name] = c

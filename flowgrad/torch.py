@@ -85,7 +85,10 @@ class _Apply(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         grads = [None] * ctx.nargs
-        for k, g in zip(ctx.wrt, ctx.pullback(grad_out.detach().cpu().numpy())):
+        ct = grad_out.detach().cpu().numpy()
+        # PyTorch's adjoint of a complex result is the conjugate of JAX's, which flowgrad takes
+        ct = np.conj(ct) if np.iscomplexobj(ct) else ct
+        for k, g in zip(ctx.wrt, ctx.pullback(ct)):
             shape, dtype, device = ctx.meta[k]
             grads[k] = torch.as_tensor(np.asarray(g)).reshape(shape).to(dtype=dtype, device=device)
         return (None, None) + tuple(grads)

@@ -252,3 +252,129 @@ def matmul_out(a, b):
 @needs_jax
 def test_matmul_vjp_transposes_without_conjugating(backend):
     check_jax_vjp(matmul_out, twin(matmul_out), (A, B), ("a", "b"), RNG.standard_normal((3, 2)) + 1j, backend)
+
+
+# ---------------------------------------------------------------- refused, with the line and a fix
+
+
+def compares(z):
+    if z[0] > 0:
+        return np.sum(np.abs(z))
+    return 0.0
+
+
+def maximum(z):
+    return np.sum(np.abs(np.maximum(z, 0.0)))
+
+
+def sorts(z):
+    return np.sum(np.abs(np.sort(z)))
+
+
+def eigh(z):
+    return np.sum(np.linalg.eigvalsh(np.outer(z, z)))
+
+
+def det(z):
+    return np.abs(np.linalg.det(np.outer(z, z)))
+
+
+def largest(z):
+    return np.abs(np.max(z))
+
+
+def to_float(z):
+    return np.sum(z.astype(np.float64))
+
+
+def into_real(z, x):
+    y = x.copy()
+    y[1:3] = z[:2]
+    return np.sum(y)
+
+
+def added_to_real(z, x):
+    y = x.copy()
+    y += z
+    return np.sum(y)
+
+
+def rfft_of_complex(z):
+    return np.sum(np.abs(np.fft.rfft(z)))
+
+
+def write_through_real(z):
+    z = z.copy()
+    r = z.real
+    r[0] = 5.0
+    return np.sum(np.abs(z))
+
+
+REFUSED = [(compares, "> of complex values"), (maximum, "np.maximum of complex values"),
+           (sorts, "of complex values"), (eigh, "eigh of a complex128 matrix"), (det, "np.linalg.det of a complex matrix"),
+           (largest, "max of complex values"), (to_float, "conversion of complex values to float64"),
+           (into_real, "complex values into a float64 array"), (added_to_real, "complex values into a float64 array"),
+           (rfft_of_complex, "np.fft.rfft of complex values"), (write_through_real, "z.real of a complex array")]
+
+
+@pytest.mark.parametrize("fn, message", REFUSED, ids=[r[0].__name__ for r in REFUSED])
+def test_refused_with_the_line(fn, message, backend):
+    args = (Z, X) if fn.__code__.co_argcount == 2 else (Z,)
+    with pytest.raises(flowgrad.UnsupportedError, match=r"test_complex\.py:\d+: unsupported .*" + message):
+        flowgrad.grad(fn, backend=backend)(*args)
+
+
+# ---------------------------------------------------------------- interop and the ML front doors
+
+
+def field(x, z):
+    return np.exp(1j * x) * z
+
+
+@pytest.mark.jax
+@needs_jax
+def test_jax_function_differentiates_complex_arguments(backend):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    f = flowgrad.jax.function(field, backend=backend)
+
+    def loss(fn, x, z):
+        return jnp.sum(jnp.abs(fn(x, z) - 1.0) ** 2)
+    ours = jax.grad(lambda x, z: loss(f, x, z), argnums=(0, 1))(jnp.asarray(X), jnp.asarray(Z))
+    theirs = jax.grad(lambda x, z: loss(twin(field), x, z), argnums=(0, 1))(jnp.asarray(X), jnp.asarray(Z))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10)
+
+
+@pytest.mark.ml
+@pytest.mark.skipif(not have_module("torch"), reason="torch is not installed")
+def test_torch_function_with_a_complex_result(backend):
+    import torch
+    f = flowgrad.torch.function(lambda x, y: np.exp(1j * x) * y, backend=backend)
+    x = torch.tensor(X, requires_grad=True)
+    y = torch.tensor(X[::-1].copy(), requires_grad=True)
+    c = torch.tensor(W)
+    torch.sum(torch.abs(f(x, y) - c) ** 2).backward()
+    xt, yt = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    torch.sum(torch.abs(torch.exp(1j * xt) * yt - c) ** 2).backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(y.grad.numpy(), yt.grad.numpy(), rtol=1e-10)
+
+
+@pytest.mark.ml
+@pytest.mark.skipif(not have_module("torch"), reason="torch is not installed")
+def test_complex_in_a_torch_model_is_refused():
+    import torch
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3, dtype=torch.complex64))
+
+        def forward(self, x):
+            return torch.abs(x * self.w).sum()
+    with pytest.raises(flowgrad.UnsupportedError, match="complex values"):
+        flowgrad.from_torch(Model(), np.ones(3, dtype=np.float32))
+    with pytest.raises(flowgrad.UnsupportedError, match="complex values"):
+        flowgrad.from_torch(torch.nn.Identity(), np.ones(3, dtype=np.complex64))

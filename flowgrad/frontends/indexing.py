@@ -354,6 +354,15 @@ def held(fe, c, but=None):
                                   for f in fe.frames for n, v in f.env.items() if n != but)
 
 
+def check_value_dtype(value, container, loc):
+    """Refuse writing complex values into a real array (NumPy would drop their imaginary parts, or
+    raise for a single element)."""
+    if value.dtype.kind == "c" and container.dtype.kind != "c":
+        raise unsupported(loc, f"assignment of complex values into a {container.dtype} array",
+                          "make the array complex (np.zeros(n, dtype=complex), x.astype(complex)), or assign "
+                          "np.real(...) of the values")
+
+
 def _target(fe, base, loc):
     if not isinstance(base, Read) or base.ref.container.ndim == 0:
         raise unsupported(loc, "assignment into a computed value", "assign into a named array")
@@ -371,6 +380,7 @@ def setitem(fe, base, index, value, loc):
     if any(_is_bool_mask(i) for i in idx):
         m = _mask_of(fe, base, idx, loc)
         v = fe.to_expr(value, loc)
+        check_value_dtype(v, base.ref.container, loc)
         if v.shape == ():
             fe.emit(Assign(base.ref, op("where", m, v, base), loc=loc))
             return
@@ -386,6 +396,7 @@ def setitem(fe, base, index, value, loc):
                               "assign on the base array with a full index")
         spec, inputs, shape = _gather_spec(fe, base, idx, loc)
         v = fe.to_expr(value, loc)
+        check_value_dtype(v, base.ref.container, loc)
         _check_value_shape(v.shape, shape, loc)
         if not isinstance(v, (Read, Const)):
             v = fe.materialize(v, "v", loc)

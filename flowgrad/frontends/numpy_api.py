@@ -522,6 +522,7 @@ def _add_at(fe, loc, a, indices, b):
     indexing.check_writable(fe, base.ref.container, loc)
     spec, inputs, shape = indexing._gather_spec(fe, base, idx, loc)
     v = fe.to_expr(b, loc)
+    indexing.check_value_dtype(v, base.ref.container, loc)
     indexing._check_value_shape(v.shape, shape, loc)
     if not isinstance(v, Const) and not (isinstance(v, Read) and len(v.shape) == len(shape) and all(
             same_expr(a, b) for a, b in zip(v.shape, shape))):

@@ -474,10 +474,12 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         indexing.check_writable(self, ref.container, loc)
         if opname == "add" and rhs is not None:
             e = self.to_expr(rhs, loc)
+            indexing.check_value_dtype(e, ref.container, loc)
             _check_broadcast(e.shape, ref.shape, loc)
             self.emit(Assign(ref, e, accumulate=True, loc=loc))
             return
         e = self.to_expr(value, loc)
+        indexing.check_value_dtype(e, ref.container, loc)
         _check_broadcast(e.shape, ref.shape, loc)
         self.emit(Assign(ref, e, accumulate=accumulate, loc=loc))
 

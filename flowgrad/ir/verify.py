@@ -14,7 +14,7 @@ def verify(body, containers) -> None:
 
     - every Ref names a known container and has one Index/Slice per container dimension;
     - index expressions are integer scalars; Op nodes are known elementwise primitives;
-    - an Assign's value broadcasts to its destination;
+    - an Assign's value broadcasts to its destination, and is not complex for a real one;
     - loop variables are integer scalars; If/While conditions are boolean scalars;
     - Call inputs are expressions and outputs are containers of the program.
     """
@@ -68,6 +68,8 @@ def verify(body, containers) -> None:
                 raise IRError(f"{where}: {exc}") from None
             if len(out) != len(s.dst.shape):
                 raise IRError(f"{where}: value of rank {len(s.expr.shape)} into rank {len(s.dst.shape)}")
+            if s.expr.dtype.kind == "c" and s.dst.container.dtype.kind != "c":
+                raise IRError(f"{where}: complex value into {s.dst.container.dtype} {s.dst.container.name}")
         elif isinstance(s, Call):
             for e in s.inputs:
                 expr(e, where)
