@@ -85,7 +85,7 @@ def defines_class(x):
 
 
 def uses_fft(x):
-    spectrum = np.fft.fft(x)
+    spectrum = np.fft.hfft(x)
     return np.sum(np.abs(spectrum))
 
 
@@ -227,7 +227,7 @@ UNSUPPORTED = [
     pytest.param(uses_try, "try:", r"\btry\b", lambda: (U((4,), 0.5, 1.0),), id="try-except"),
     pytest.param(uses_set_comprehension, "for v in x", r"set comprehension", lambda: (U((4,)),), id="set-comprehension"),
     pytest.param(defines_class, "class Box", r"\bclass\b", lambda: (U((4,)),), id="class-definition"),
-    pytest.param(uses_fft, "np.fft.fft(x)", r"\b(np|numpy)\.fft\.fft\b", lambda: (U((4,)),), id="np.fft.fft"),
+    pytest.param(uses_fft, "np.fft.hfft(x)", r"\b(np|numpy)\.fft\.hfft\b", lambda: (U((4,)),), id="np.fft.hfft"),
     pytest.param(
         uses_eig, "np.linalg.eig(A)", r"\b(np|numpy)\.linalg\.eig\b", lambda: (U((3, 3)),), id="np.linalg.eig"
     ),
@@ -403,8 +403,6 @@ def plain_sum(x, y):
 @pytest.mark.parametrize(
     "x, y",
     [
-        pytest.param(U((3,)) + 1j * U((3,), seed=1), U((3,)), id="complex-wrt"),
-        pytest.param(U((3,)), U((3,)) + 0j, id="complex-other"),
         pytest.param(np.array([1.0, 2.0, 3.0], dtype=object), U((3,)), id="object-wrt"),
         pytest.param(U((3,)), np.array([1.0, 2.0, 3.0], dtype=object), id="object-other"),
         pytest.param(U((3,)).astype(np.float16), U((3,)), id="float16-wrt"),
