@@ -123,8 +123,10 @@ class ReverseBuilder:
         default the operand's; a broadcast result is summed back), then add it."""
         if self.grad_ref(x) is None and not isinstance(x, Op):
             return []
-        t = self.temp(x.shape if shape is None else shape, x.dtype if is_inexact(x.dtype) else np.float64,
-                      "g" + opname[:4])
+        dtype = x.dtype if is_inexact(x.dtype) else np.float64
+        if any(e.dtype.kind == "c" for e in inputs):      # a real operand's complex contribution: its real part
+            dtype = np.result_type(dtype, np.complex64)    # is added (``accumulate``)
+        t = self.temp(x.shape if shape is None else shape, dtype, "g" + opname[:4])
         contrib = Read(Ref(t)) if scale is None else Read(Ref(t)) * scale
         return [Call(opname, inputs, [t], attrs or {})] + self.accumulate(x, contrib)
 

@@ -97,7 +97,7 @@ def einsum_vjp(subscripts, k, g, *operands):
     part = np.einsum(spec, g, *[o for j, o in enumerate(operands) if j != k], optimize=True)
     part = np.broadcast_to(part[tuple(slice(None) if c in present else None for c in unique)],
                            tuple(size[c] for c in unique))
-    dtype = np.result_type(operands[k], np.float64)
+    dtype = np.result_type(operands[k], part, np.float64)     # complex where the others are
     if unique == target:
         return np.array(part, dtype=dtype)
     out = np.zeros(shape, dtype=dtype)
