@@ -204,6 +204,36 @@ def test_abs_at_zero_has_gradient_zero(backend):
     np.testing.assert_allclose(g, [0, (1 - 1j) / np.sqrt(2)])
 
 
+def indexing(z, x, idx):
+    """Gathers, scatters, masks, tuple-assigned butterflies and cumulative sums of complex arrays."""
+    y = z.astype(complex) * np.outer(x[:2], x[:2]).sum()
+    y[idx] = y[idx][::-1] * 1j                     # a scatter of a gather
+    y[np.abs(y) > 1.0] *= 0.5                      # a mask
+    e, o = y[0], y[1] * np.exp(-0.25j * np.pi)
+    y[0], y[1] = e + o, e - o                      # a butterfly
+    c = np.cumsum(y * x)
+    return np.sum(np.abs(c) ** 2) + np.linalg.norm(y) + np.real(np.sum(x.astype(np.complex128) * y))
+
+
+def test_indexing(backend):
+    check_grad(indexing, (Z, X, np.array([3, 1, 4])), ("z", "x"), backend)
+
+
+@pytest.mark.jax
+@needs_jax
+def test_indexing_matches_jax(backend):
+    def jax_indexing(z, x, idx):
+        import jax.numpy as jnp
+        y = z.astype(complex) * jnp.outer(x[:2], x[:2]).sum()
+        y = y.at[idx].set(y[idx][::-1] * 1j)
+        y = jnp.where(jnp.abs(y) > 1.0, 0.5 * y, y)
+        e, o = y[0], y[1] * jnp.exp(-0.25j * jnp.pi)
+        y = y.at[0].set(e + o).at[1].set(e - o)
+        c = jnp.cumsum(y * x)
+        return jnp.sum(jnp.abs(c) ** 2) + jnp.linalg.norm(y) + jnp.real(jnp.sum(x.astype(jnp.complex128) * y))
+    check_jax_grad(indexing, jax_indexing, (Z, X, np.array([3, 1, 4])), ("z", "x"), backend)
+
+
 # ---------------------------------------------------------------- linear algebra
 
 
@@ -303,6 +333,22 @@ def rfft_of_complex(z):
     return np.sum(np.abs(np.fft.rfft(z)))
 
 
+def argmax(z):
+    return np.abs(z[np.argmax(z)])
+
+
+def sign(z):
+    return np.sum(np.abs(np.sign(z)))
+
+
+def hypot(z, x):
+    return np.sum(np.hypot(z, x))
+
+
+def python_float(z):
+    return float(z[0]) + np.sum(np.abs(z))
+
+
 def write_through_real(z):
     z = z.copy()
     r = z.real
@@ -314,7 +360,9 @@ REFUSED = [(compares, "> of complex values"), (maximum, "np.maximum of complex v
            (sorts, "of complex values"), (eigh, "eigh of a complex128 matrix"), (det, "np.linalg.det of a complex matrix"),
            (largest, "max of complex values"), (to_float, "conversion of complex values to float64"),
            (into_real, "complex values into a float64 array"), (added_to_real, "complex values into a float64 array"),
-           (rfft_of_complex, "np.fft.rfft of complex values"), (write_through_real, "z.real of a complex array")]
+           (rfft_of_complex, "np.fft.rfft of complex values"), (write_through_real, "z.real of a complex array"),
+           (argmax, "argmax of complex values"), (sign, "np.sign of complex values"),
+           (hypot, "np.hypot of complex values"), (python_float, "conversion of complex values to float64")]
 
 
 @pytest.mark.parametrize("fn, message", REFUSED, ids=[r[0].__name__ for r in REFUSED])
