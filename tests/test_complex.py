@@ -127,6 +127,20 @@ def test_scalar_arguments(backend):
     assert isinstance(grads[1], complex) and isinstance(grads[3], float)
 
 
+def tree_loss(p, s):
+    return np.sum(np.abs(p["z"] * p["c"] + s) ** 2)
+
+
+def test_pytree_with_complex_leaves(backend):
+    p, s = {"z": Z, "c": 0.5 - 1j}, np.complex64(1 + 1j)
+    gp, gs = flowgrad.grad(tree_loss, wrt=("p", "s"), backend=backend)(p, s)
+    assert gp["z"].dtype == np.complex128 and isinstance(gp["c"], complex)
+    want = check_grad(lambda z, c, s: np.sum(np.abs(z * c + s) ** 2), (Z, 0.5 - 1j, complex(s)), ("z", "c", "s"),
+                      backend)
+    np.testing.assert_allclose(gp["z"], want[0])
+    np.testing.assert_allclose([gp["c"], gs], want[1:], rtol=1e-6)
+
+
 def promotion(x32, z64, n):
     a = x32 * 1j                    # float32 with a Python complex: complex64
     b = x32 + z64                   # float32 with complex64: complex64
@@ -357,7 +371,8 @@ def write_through_real(z):
 
 
 REFUSED = [(compares, "> of complex values"), (maximum, "np.maximum of complex values"),
-           (sorts, "of complex values"), (eigh, "eigh of a complex128 matrix"), (det, "np.linalg.det of a complex matrix"),
+           (sorts, "of complex values"), (eigh, "eigh of a complex128 matrix"),
+           (det, "np.linalg.det of a complex matrix"),
            (largest, "max of complex values"), (to_float, "conversion of complex values to float64"),
            (into_real, "complex values into a float64 array"), (added_to_real, "complex values into a float64 array"),
            (rfft_of_complex, "np.fft.rfft of complex values"), (write_through_real, "z.real of a complex array"),

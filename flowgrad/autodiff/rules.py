@@ -107,7 +107,8 @@ ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "floor_divide", "less", "le
                    "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
                    "logical_not", "isnan", "isfinite", "int64", "int32", "bool"}
 # FLOPs per element; transcendental functions count as several.
-ELEMENTWISE_FLOPS = {n: (8 if ELEMENTWISE[n][1] == "float" and n != "divide" else 1) for n in ELEMENTWISE}
+ELEMENTWISE_FLOPS = {n: (8 if ELEMENTWISE[n][1] in ("float", "real_float") and n != "divide" else 1)
+                     for n in ELEMENTWISE}
 
 
 # ------------------------------------------------------------- non-elementwise operations
@@ -437,7 +438,8 @@ CALLS = {
                        complex=True, doc="matrix product (BLAS)"),
     "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})",
                                flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
-                               complex=True, doc="sum over leading axes of a[..., :, :].T @ g[..., :, :] (one GEMM)"),
+                               complex=True,
+                               doc="sum over leading axes of a[..., :, :].T @ g[..., :, :] (one GEMM)"),
     "solve": CallRule(lambda i, a: f"np.linalg.solve({i[0]}, {i[1]})", _vjp_solve,
                       flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]),
                       complex=True, doc="linear solve (LAPACK)"),
@@ -452,11 +454,13 @@ CALLS = {
                          doc="lower Cholesky factor (LAPACK; reads the lower triangle)"),
     "lu_factor": CallRule(lambda i, a: f"_rt.lu_factor({i[0]})",
                           flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
-                          complex=True, doc="LU factorisation of a matrix a loop solves with (hoisted out of the loop; "
+                          complex=True,
+                          doc="LU factorisation of a matrix a loop solves with (hoisted out of the loop; "
                               "created after differentiation, never differentiated)"),
     "lu_solve": CallRule(lambda i, a: f"_rt.lu_solve({i[0]}, {i[1]}, {i[2]}, {a.get('trans', 0)})",
                          flops=lambda c, size: 2 * size(c.inputs[0].shape) * max(1, size(c.inputs[2].shape[1:])),
-                         complex=True, doc="solve with a kept LU factorisation (two triangular solves); ``trans``: with the "
+                         complex=True,
+                         doc="solve with a kept LU factorisation (two triangular solves); ``trans``: with the "
                              "factorised matrix's transpose"),
     "reshape": CallRule(lambda i, a: f"np.reshape({i[0]}, {_tuple_src(a['shape'])}).copy()", _vjp_reshape,
                         complex=True, doc="reshape (copy)"),

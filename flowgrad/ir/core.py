@@ -17,10 +17,6 @@ def is_float(dtype) -> bool:
     return np.dtype(dtype).kind == "f"
 
 
-def is_complex(dtype) -> bool:
-    return np.dtype(dtype).kind == "c"
-
-
 def is_inexact(dtype) -> bool:
     """Float or complex: the dtypes that carry derivatives."""
     return np.dtype(dtype).kind in "fc"
