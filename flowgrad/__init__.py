@@ -11,11 +11,13 @@ from .api import explain, grad, jit, value_and_grad, vjp
 from .autodiff.rules import coverage
 from .errors import FlowgradError, InputError, UnsupportedError
 from . import nn_ops  # noqa: F401 - registers the neural-network Call ops
+from .frontends.fortran import from_fortran
 from .frontends.onnx import from_onnx
 from .frontends.torch import from_torch
 
 __version__ = "0.1.0"
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "coverage", "from_torch", "from_onnx", "FlowgradError",
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "coverage", "from_torch", "from_onnx", "from_fortran",
+           "FlowgradError",
            "InputError", "UnsupportedError"]
 
 
