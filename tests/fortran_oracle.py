@@ -105,7 +105,11 @@ class Gfortran:
             self.kinds[d] = _dtype_of(prog, proc, dd, d)
         if proc.kind == "function":
             rd = self.decls.get(proc.result)
-            self.result_dtype = _dtype_of(prog, proc, rd, proc.result)
+            tnode = rd.type_node if rd is not None else None
+            if tnode is None and proc.prefix is not None:
+                tnode = next((p for p in proc.prefix.children if not isinstance(p, str)
+                              and type(p).__name__.endswith("Type_Spec")), None)
+            self.result_dtype = _dtype_of(prog, proc, None, proc.result, tnode)
             self.fn.restype = _CTYPES[self.result_dtype] if self.result_dtype.kind != "b" else ctypes.c_int32
         else:
             self.fn.restype = None
@@ -152,7 +156,7 @@ class Gfortran:
         return out[0] if len(out) == 1 else tuple(out)
 
 
-def _dtype_of(prog, proc, dd, name):
+def _dtype_of(prog, proc, dd, name, tnode=None):
     from flowgrad.frontends.fortran.lowering import Frame, Lowering
 
     class _H:
@@ -162,7 +166,7 @@ def _dtype_of(prog, proc, dd, name):
     lo.loc = proc.loc()
     frame = Frame(proc, lo.host_frame(proc))
     lo.frame = frame
-    ts = lo.tspec(frame, dd.type_node if dd is not None else None, name)
+    ts = lo.tspec(frame, dd.type_node if dd is not None else tnode, name)
     if ts.base == "integer":
         return np.dtype(np.int32 if ts.kind == 4 else np.int64)
     return ts.dtype()

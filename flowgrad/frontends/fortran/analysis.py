@@ -112,7 +112,7 @@ def written_names(library, proc, _stack=()):
     for node in _body(proc):
         if isinstance(node, F.Association):
             if str(node.children[0]).lower() in out:
-                n = base_name(node.children[1])
+                n = base_name(node.children[-1])
                 if n:
                     out.add(n)
     proc._flowgrad_written = out

@@ -186,7 +186,16 @@ class ExprLowering:
     def binary(self, node):
         lhs, opname, rhs = node.children
         opname = str(opname).upper()
-        a, b = self.value(lhs), self.value(rhs)
+        a = self.value(lhs)
+        if opname in (".AND.", ".OR.") and isinstance(fold(a), Const) and a.dtype == BOOL:
+            # decided by its left side when captured: PRESENT(x) .AND. x > 0 never reads an absent x
+            if fold(a).value == (opname == ".OR."):
+                return fold(a)
+            b = self.value(rhs)
+            if b.dtype != BOOL:
+                raise unsupported(self.loc, f"{opname} of non-LOGICAL values", "compare them first")
+            return b
+        b = self.value(rhs)
         return self.apply_binary(opname, a, b)
 
     def apply_binary(self, opname, a, b):
@@ -358,8 +367,7 @@ class ExprLowering:
                     raise unsupported(self.loc, f"component {part} of a non-derived-type value {parts[0]}",
                                       "check the declaration")
                 comp = str(part.children[0] if isinstance(part, F.Part_Ref) else part).lower()
-                field = target.fields.get(comp)
-                if field is None:
+                if comp not in target.fields:
                     raise unsupported(self.loc, f"component {comp} of {target.name}",
                                       f"TYPE({target.tspec.derived}) has no such component")
                 field = self.ensure_field(target, comp)

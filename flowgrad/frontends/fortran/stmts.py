@@ -187,17 +187,11 @@ class StmtLowering:
         return v
 
     def st_If_Stmt(self, s):
-        cond = self.condition(s.children[0])
+        cond = fold(self.condition(s.children[0]))
+        if isinstance(cond, Const):         # IF (PRESENT(x)) ...: decided when captured
+            return self.statement(s.children[1]) if cond.value else None
         body, esc = self.collect(self.statement, s.children[1])
-        return self._if(cond, body, [], esc)
-
-    def _if(self, cond, then, orelse, esc):
-        c = fold(cond)
-        if isinstance(c, Const):
-            for t in (then if c.value else orelse):
-                self.emit(t)
-        else:
-            self.emit(If(c, then, orelse, loc=self.loc))
+        self.emit(If(cond, body, [], loc=self.loc))
         return esc
 
     def st_If_Construct(self, s):
@@ -547,7 +541,7 @@ class StmtLowering:
         frame = self.frame
         saved = {}
         for a in assoc_list.children:
-            name, selector = str(a.children[0]).lower(), a.children[1]
+            name, selector = str(a.children[0]).lower(), a.children[-1]
             kind, target = self.designate(selector) if isinstance(selector, (F.Name, F.Part_Ref, F.Data_Ref)) \
                 else ("value", self.value(selector))
             if kind == "elem":
