@@ -510,6 +510,8 @@ class jit(_Transform):
     def __call__(self, *args):
         entry = self.compiled(args)
         out = entry.func(*entry.call_args(args))
+        if hasattr(self.fn, "_flowgrad_result"):     # a program object unpacks its own results
+            return self.fn._flowgrad_result(entry.cap, out)
         if entry.result.ndim == 0 and not isinstance(out, np.ndarray):
             out = entry.result.dtype.type(out)       # NumPy's scalar type (np.float32 for float32)
         return out

@@ -835,6 +835,8 @@ class Frontend(LoopStatements):
     def call(self, fn, args, kwargs, loc, name):
         if isinstance(fn, types.FunctionType) and not _is_library(fn):
             return self.inline(fn, args, kwargs, loc)
+        if hasattr(fn, "_flowgrad_inline"):     # a program object (from_fortran) lowers itself here
+            return fn._flowgrad_inline(self, args, kwargs, loc)
         return call_function(self, fn, args, kwargs, loc, name)
 
     def inline(self, fn, args, kwargs, loc):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import FlowgradError, InputError
 from .analysis import module_variables, sizing_integers, written_dummies
-from .program import _Call, capture_program, pack_cotangent, unpack
+from .program import _Call, capture_program, inline_program, pack_cotangent, unpack
 from .scope import declarations
 from .source import Library, read_sources
 
@@ -54,11 +54,14 @@ class FortranProgram:
         self.module_inputs = module_variables(library, proc)
         self.bound_modules = dict(bound_modules or {})
         decls = declarations(proc).decls
-        params = []
-        for d in proc.dummies:
-            optional = decls.get(d) is not None and decls[d].optional
-            params.append(inspect.Parameter(d, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                            default=None if optional else inspect.Parameter.empty))
+        # OPTIONAL dummies, and INTENT(OUT) ones (made by the program, as f2py does), may be left
+        # out at the end of the argument list, or passed as None
+        params, trailing = [], True
+        for d in reversed(proc.dummies):
+            optional = decls.get(d) is not None and (decls[d].optional or decls[d].intent == "out")
+            trailing = trailing and optional
+            params.insert(0, inspect.Parameter(d, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                               default=None if trailing else inspect.Parameter.empty))
         self.__signature__ = inspect.Signature(params)
         self._entries = {} if entries is None else entries
 
@@ -155,10 +158,18 @@ class FortranProgram:
         raw = entry.func(*entry.call_args(call))
         return unpack(entry.cap.layout, raw)
 
-    def _flowgrad_result(self, args, raw):
-        """The outputs from the raw result of the captured program (``flowgrad.jit``)."""
-        entry_layout = self._flowgrad_capture(args).layout
-        return unpack(entry_layout, raw)
+    def _flowgrad_inline(self, fe, args, kwargs, loc):
+        """Lower a call of this program inside a Python function's capture (``fe``)."""
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InputError(f"{loc}: calling {self.__name__}: {exc}") from None
+        bound.apply_defaults()
+        return inline_program(self, fe, tuple(bound.arguments.values()), loc)
+
+    def _flowgrad_result(self, cap, raw):
+        """The outputs from the result of the captured program ``cap`` (``flowgrad.jit``)."""
+        return unpack(cap.layout, raw)
 
     def _flowgrad_vjp(self, args, wrt=None, backend=None):
         entry, call = self._entry(args, self.bound_modules, backend, "reverse")

@@ -101,13 +101,15 @@ def written_names(library, proc, _stack=()):
             callee_name = base_name(node.children[0]) if isinstance(node, F.Call_Stmt) else str(node.children[0]).lower()
             callee = resolve(library, proc, callee_name) if callee_name else None
             args = node.children[1]
-            if callee is None or args is None:
+            if args is None:
+                continue
+            if callee is None:
+                if isinstance(node, F.Call_Stmt):       # unknown: it may write what it is passed
+                    out |= {n for n in (base_name(a) for a in args.children) if n}
                 continue
             callees = callee if isinstance(callee, list) else [callee]
             for c in callees:
                 out |= _written_through(library, proc, c, args, _stack + (proc,))
-        elif isinstance(node, F.Associate_Construct):
-            pass
     # an ASSOCIATE name written writes its selector
     for node in _body(proc):
         if isinstance(node, F.Association):
@@ -179,7 +181,6 @@ def sizing_integers(proc):
 def module_variables(library, proc, _seen=None):
     """``module.name`` of the module variables (not PARAMETERs) ``proc`` and the procedures it
     calls may read, in a stable order."""
-    from .lowering import _components  # noqa: F401 - same package
     F = _fparser()[2]
     seen = _seen if _seen is not None else set()
     if proc in seen:
@@ -202,8 +203,6 @@ def module_variables(library, proc, _seen=None):
                 for hit in module_variables(library, c, seen):
                     if hit not in out:
                         out.append(hit)
-    for sub in proc.internals.values():
-        pass
     return out
 
 

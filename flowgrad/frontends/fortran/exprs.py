@@ -13,22 +13,19 @@ import numpy as np
 
 from ...errors import unsupported
 from ...ir.core import BOOL, I64, Const, Expr, Op, Read, const_value, op
-from .scope import Absent, ArrayView, Value, Var, extent
+from .scope import Absent, ArrayView, Value, Var
 from .source import _fparser
 from .types import real_literal
 
 
 # ---------------------------------------------------------------- folding and conversion
 
-_NUMPY = {"checked_index": None}
-
-
 def fold(e):
     """``e`` with an elementwise node over constants replaced by its value (NumPy, in the node's
     dtype); anything else unchanged."""
     if not isinstance(e, Op) or not all(isinstance(a, Const) for a in e.args):
         return e
-    fn = _NUMPY.get(e.name, getattr(np, e.name, None))
+    fn = getattr(np, e.name, None)
     if fn is None:
         return e
     args = [np.dtype(a.dtype).type(a.value) for a in e.args]
@@ -159,6 +156,9 @@ class ExprLowering:
         value, dtype = real_literal(str(text), k, self.loc)
         return const(value, dtype)
 
+    ex_Signed_Int_Literal_Constant = ex_Int_Literal_Constant
+    ex_Signed_Real_Literal_Constant = ex_Real_Literal_Constant
+
     def ex_Logical_Literal_Constant(self, node):
         return const(str(node.children[0]).upper() == ".TRUE.")
 
@@ -186,7 +186,9 @@ class ExprLowering:
     def binary(self, node):
         lhs, opname, rhs = node.children
         opname = str(opname).upper()
-        a = self.value(lhs)
+        a = self.ex(lhs)
+        if isinstance(a, Text):
+            return self.text_compare(opname, a, self.ex(rhs))
         if opname in (".AND.", ".OR.") and isinstance(fold(a), Const) and a.dtype == BOOL:
             # decided by its left side when captured: PRESENT(x) .AND. x > 0 never reads an absent x
             if fold(a).value == (opname == ".OR."):
@@ -197,6 +199,15 @@ class ExprLowering:
             return b
         b = self.value(rhs)
         return self.apply_binary(opname, a, b)
+
+    def text_compare(self, opname, a, b):
+        """A comparison of character constants, decided when captured (a mode flag passed as a
+        literal: ``IF (CDMODE == 'TL')``)."""
+        if not isinstance(b, Text) or opname not in ("==", ".EQ.", "/=", ".NE."):
+            raise unsupported(self.loc, f"character operation {opname}", "only comparisons of constants are "
+                              "supported")
+        same = a.value.rstrip() == b.value.rstrip()
+        return const(same if opname in ("==", ".EQ.") else not same)
 
     def apply_binary(self, opname, a, b):
         loc = self.loc
@@ -508,8 +519,6 @@ class ExprLowering:
         self.emit(Call("reshape", [e], [out], {"shape": out.shape}, loc=self.loc))
         return Read(Ref(out))
 
-    def section_extent(self, lo, hi, st):
-        return extent(lo, hi, st)
 
 
 def is_scalar(e):

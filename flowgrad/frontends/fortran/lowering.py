@@ -382,13 +382,58 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
                 lbounds = [self.snapshot(lb) for lb, e in dims]
                 c = self.temp(name, dtype, tuple(reversed(extents)))
                 view = ArrayView.whole(c, lbounds)
-                init = const(0, dtype) if d.init is None else self.in_scope(frame, self.value, d.init)
+                data = self.data_values(frame).get(name)
+                if data is not None:
+                    shape = tuple(const_value(fold(e)) for e in extents)
+                    if None in shape or len(data) != int(np.prod(shape)):
+                        raise unsupported(self.loc, f"DATA for {name}", "give one value per element")
+                    init = self.const_array(np.reshape(np.array([const_value(v) for v in data], dtype=dtype),
+                                                       shape, order="F"))
+                else:
+                    init = const(0, dtype) if d.init is None else self.in_scope(frame, self.value, d.init)
                 self.emit(Assign(Ref(c), convert(init, dtype, self.loc)))
                 return Var(name, tspec, view=view, decl=d)
             c = self.temp(name, dtype, ())
-            init = const(0, dtype) if d is None or d.init is None else self.in_scope(frame, self.value, d.init)
+            data = self.data_values(frame).get(name)
+            if data is not None:
+                init = data[0]
+            else:
+                init = const(0, dtype) if d is None or d.init is None else self.in_scope(frame, self.value, d.init)
             self.emit(Assign(Ref(c, ()), convert(init, dtype, self.loc)))
             return Var(name, tspec, ref=Ref(c, ()), decl=d)
+
+    def data_values(self, frame):
+        """Name -> the constant values DATA statements give it, in array element order."""
+        cached = getattr(frame, "_data", None)
+        if cached is not None:
+            return cached
+        F = _fparser()[2]
+        cached = frame._data = {}
+        for stmt in frame.decls.data:
+            for dset in stmt.children:
+                if not isinstance(dset, F.Data_Stmt_Set):
+                    continue
+                objects, vals = dset.children
+                values = []
+                for v in vals.children:
+                    if isinstance(v, F.Data_Stmt_Value):
+                        rep, c = v.children
+                        values += [self.in_scope(frame, self.value, c)] * int(const_value(self.in_scope(
+                            frame, self.value, rep)))
+                    else:
+                        values.append(self.in_scope(frame, self.value, v))
+                for obj in objects.children:
+                    if not isinstance(obj, F.Name):
+                        raise unsupported(frame.unit.loc(stmt), f"DATA for {obj}",
+                                          "initialise whole variables (or assign in the body)")
+                    name = str(obj).lower()
+                    decl = frame.decls.decls.get(name)
+                    size = 1
+                    if decl is not None and decl.dims is not None:
+                        for lb, e in self.eval_dims(frame, decl):
+                            size *= int(const_value(fold(e)))
+                    cached[name], values = [fold(v) for v in values[:size]], values[size:]
+        return cached
 
     def snapshot(self, e):
         """An integer known at frame entry: a constant as it is, else its value saved then (a

@@ -78,7 +78,7 @@ class _Call:
 class Capture:
     """The IR of one entry procedure for one call signature."""
 
-    def __init__(self, prog, args, modules, host=None, fe=None, loc=None):
+    def __init__(self, prog, args, modules, host=None, loc=None):
         self.prog = prog
         self.standalone = host is None
         self.host = host or _Host()
@@ -139,9 +139,11 @@ class Capture:
                 return Value(value, tspec)
             c = self.host.param(path.replace(".", "_"), dtype, (), ("module", path))
             self.inputs_made[path] = (c, tspec, default, None)
-            self.lo.stable_args.add(c)
             self.arg_containers[path] = c
-            return Var(d.name, tspec, ref=Ref(c, ()), decl=d)
+            # the routine may assign it: it works on a copy made at entry
+            local = lo.temp(d.name, dtype, ())
+            self.top.prologue.append(Assign(Ref(local, ()), Read(Ref(c, ())), loc=loc))
+            return Var(d.name, tspec, ref=Ref(local, ()), decl=d)
         if any(k != "explicit" for k, lo_, hi in dims):
             if given is _MISSING:
                 raise InputError(f"module array {path} is allocatable: give its value in modules=")
@@ -189,6 +191,9 @@ class Capture:
             if value is None:
                 if dd is not None and dd.optional:
                     frame.bindings[d] = Absent(d)
+                    continue
+                if dd is not None and dd.intent == "out":
+                    frame.bindings[d] = self.omitted(frame, d, dd)
                     continue
                 raise InputError(f"argument {d!r} of {proc.name} is not OPTIONAL: pass a value")
             tspec = lo.tspec(frame, dd.type_node if dd is not None else None, d)
@@ -276,15 +281,82 @@ class Capture:
             self.entry.append(Assign(Ref(work), read, loc=lo.loc))
         return Var(d, tspec, view=ArrayView.whole(work, lbounds), decl=dd)
 
+    def omitted(self, frame, d, dd):
+        """An INTENT(OUT) dummy the call leaves out: a local of its declared shape (as f2py makes
+        it)."""
+        try:
+            return self.lo.make_local(frame, dd, d, dd.type_node)
+        except FlowgradError as exc:
+            raise InputError(f"argument {d!r} of {self.prog.proc.name} was left out, but its shape is not known "
+                             f"without it ({exc}): pass an array") from None
+
+    def bind_values(self, frame, args):
+        """Dummies bound to the values of a call in a Python function's capture: numbers are
+        constants, arrays are copied into the routine's own (column-major) containers."""
+        from .. import numpy_api
+        from ...ir.core import Expr
+        lo, fe = self.lo, self.host.fe
+        proc = self.prog.proc
+        decls = frame.decls.decls
+        written = set(written_names(self.prog.library, proc))
+        order = sorted(range(len(proc.dummies)), key=lambda k: decls.get(proc.dummies[k]) is not None
+                       and decls[proc.dummies[k]].dims is not None)
+        entry = []
+        for k in order:
+            d = proc.dummies[k]
+            dd = decls.get(d)
+            value = args[k]
+            if value is None:
+                if dd is not None and dd.optional:
+                    frame.bindings[d] = Absent(d)
+                    continue
+                if dd is not None and dd.intent == "out":
+                    frame.bindings[d] = self.omitted(frame, d, dd)
+                    continue
+                raise unsupported(lo.loc, f"call of {proc.name} without argument {d}", "pass it")
+            tspec = lo.tspec(frame, dd.type_node if dd is not None else None, d)
+            dtype = tspec.dtype(lo.loc)
+            if isinstance(value, np.ndarray):
+                value = fe.const_array(value) if value.ndim else const(value[()])
+            if isinstance(value, (bool, int, float, np.generic)):
+                value = const(np.asarray(value).astype(dtype)[()], dtype)
+            if not isinstance(value, Expr):
+                raise unsupported(lo.loc, f"argument {d} of {proc.name} of type {type(value).__name__}",
+                                  "pass arrays and numbers")
+            if dd is not None and dd.dims is not None:
+                rank = len(dd.dims)
+                if len(value.shape) != rank:
+                    raise unsupported(lo.loc, f"argument {d} of {proc.name} with {len(value.shape)} axes",
+                                      f"the dummy has {rank} dimensions")
+                read = value if isinstance(value, Read) else fe.materialize(value, d)
+                if rank > 1:
+                    read = numpy_api._transpose(fe, lo.loc, read)
+                work = lo.temp(d, dtype, read.shape)
+                entry.append(Assign(Ref(work), convert(read, dtype, lo.loc), loc=lo.loc))
+                lbounds = [const(1) if lo_ is None else fold(lo.in_scope(frame, lo.int_value, lo_))
+                           for kind, lo_, hi in dd.dims]
+                frame.bindings[d] = Var(d, tspec, view=ArrayView.whole(work, lbounds), decl=dd)
+                continue
+            if value.shape != ():
+                raise unsupported(lo.loc, f"array argument {d} of {proc.name}", "the dummy is a scalar")
+            v = fold(convert(value, dtype, lo.loc))
+            if isinstance(v, Const) and d not in written:
+                frame.bindings[d] = Value(v, tspec)
+                continue
+            c = lo.temp(d, dtype, ())
+            entry.append(Assign(Ref(c, ()), v, loc=lo.loc))
+            frame.bindings[d] = Var(d, tspec, ref=Ref(c, ()), decl=dd)
+        return entry
+
     # ------------------------------------------------------------ the whole capture
 
     def run(self, args):
         """(body statements, output Vars) of the entry called with ``args``."""
         lo = self.lo
         proc = self.prog.proc
-        frame = Frame(proc, lo.host_frame(proc))
+        frame = self.top = Frame(proc, lo.host_frame(proc))
         lo.frame = frame
-        prologue = self.bind_dummies(frame, args)
+        prologue = self.bind_dummies(frame, args) if self.standalone else self.bind_values(frame, args)
         stmts, result = lo.collect(lo.lower_frame, frame)
         outputs = []
         if proc.kind == "function":
@@ -339,6 +411,26 @@ def capture_program(prog, args, modules):
     captured.layout = layout
     captured.fortran = cap
     return captured
+
+
+def inline_program(prog, fe, args, loc):
+    """Lower ``prog`` called with ``args`` into a Python function's capture ``fe``; returns its
+    outputs as values of that capture (arrays in the caller's layout)."""
+    from .. import numpy_api
+    cap = Capture(prog, args, prog.bound_modules, host=_PythonHost(fe), loc=loc)
+    body, outputs = cap.run(args)
+    for s in body:
+        fe.emit(s)
+    out = []
+    for name, v in zip(prog.outputs, outputs):
+        if v.is_record:
+            raise unsupported(loc, f"derived-type output {name}", "return its components as arrays")
+        if v.is_array:
+            read = Read(v.view.ref())
+            out.append(numpy_api._transpose(fe, loc, read) if v.view.rank > 1 else read)
+        else:
+            out.append(Read(v.ref))
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def _param_dtype(host, src):
