@@ -406,6 +406,101 @@ def test_function_entry_with_grad_value_and_grad_jit(backend):
     assert flowgrad.jit(prog, backend=backend)(5, x, True) == pytest.approx(0.5 * np.sum(d * d), rel=1e-12)
 
 
+PROCEDURES = """
+module mm
+contains
+  elemental real(8) function sq(x)
+    real(8), intent(in) :: x
+    sq = x * x
+  end function
+  function twice(v) result(w)
+    real(8), intent(in) :: v(:)
+    real(8) :: w(size(v))
+    w = 2 * v
+  end function
+  subroutine opt(x, y, z)
+    real(8), intent(inout) :: x
+    real(8), intent(in), optional :: y, z
+    if (present(y)) x = x + y
+    if (present(z)) x = x * z
+  end subroutine
+  subroutine pass(x, y)
+    real(8), intent(inout) :: x
+    real(8), intent(in), optional :: y
+    call opt(x, y)
+    call opt(x, z=3d0)
+  end subroutine
+end module
+subroutine rt(klon, kidia, kfdia, m, pt, out, s, found)
+  use mm
+  implicit none
+  integer, intent(in) :: klon, kidia, kfdia, m
+  real(8), intent(in) :: pt(klon, 3)
+  real(8), intent(out) :: out(klon, 3), s
+  integer, intent(out) :: found
+  real(8) :: w(m), acc
+  integer :: jk, i
+  out = 0
+  acc = 0
+  do jk = 1, 3
+    out(kidia:kfdia, jk) = pt(kidia:kfdia, jk) * jk
+    where (out(:, jk) > 1d0) out(:, jk) = sq(out(:, jk) - 1d0) + 1d0
+  end do
+  w = 1d0
+  w(1:min(m, klon)) = twice(pt(1:min(m, klon), 1))
+  s = sum(w) + sq(pt(1, 1))
+  call host_add(pt(2, 2))
+  call pass(s, 0.5d0)
+  call pass(s)
+  found = -1
+  do i = 1, klon
+    if (pt(i, 3) > 0.7d0) exit
+  end do
+  found = i
+contains
+  subroutine host_add(v)
+    real(8), intent(in) :: v
+    acc = acc + v
+    s = s + acc
+  end subroutine
+end subroutine
+"""
+
+
+def test_elemental_and_array_valued_functions_optional_pass_through_host_association(backend):
+    """Also: sections with bounds known only at run time (``kidia:kfdia``), an automatic array sized
+    by an integer that sizes no argument, and the DO variable's value after EXIT."""
+    a = RNG.random((6, 3)) * 1.5
+    prog, _ = check(PROCEDURES, "rt", (6, 2, 5, 4, a, np.zeros((6, 3)), 0.0, 0), backend)
+    found = prog(6, 2, 5, 4, a, backend=backend)[2]
+    assert found == next(i + 1 for i in range(6) if a[i, 2] > 0.7) and found.dtype == np.int32
+
+
+DATA_F77 = """
+      SUBROUTINE DATAS(X, MODE)
+      DOUBLE PRECISION X
+      CHARACTER*(*) MODE
+      DIMENSION A(4), B(2)
+      DATA A /3*1.5, 2.0/, B /1., -2./
+      DATA C, K /2.5, 3/
+      IF (MODE .EQ. 'ADD') THEN
+        X = X + A(1) + A(4) + C + K + B(2)
+      ELSE
+        X = X * C
+      END IF
+      END
+      SUBROUTINE DRIVE(X)
+      DOUBLE PRECISION X
+      CALL DATAS(X, 'ADD')
+      CALL DATAS(X, 'MUL')
+      END
+"""
+
+
+def test_data_statements_and_character_mode_arguments(backend):
+    check(DATA_F77, "drive", (0.25,), backend)
+
+
 # ---------------------------------------------------------------- conventions of the program object
 
 STENCIL = """

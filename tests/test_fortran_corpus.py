@@ -28,3 +28,39 @@ def test_corpus_routine(case, backend):
 
 def test_corpus_size():
     assert len(CASES) >= 25
+
+
+def _fortran_loss(name):
+    """The loss of ``benchmarks/kernels/<name>.py`` computed by the Fortran corpus routine."""
+    import flowgrad
+    from benchmarks.fortran import BY_NAME
+    case = BY_NAME[name]
+    prog = flowgrad.from_fortran(case.files, case.entry)
+    if name == "gemm":
+        def loss(alpha, beta, C, A, B):
+            out = prog(A.shape[0], B.shape[1], A.shape[1], alpha, beta, C, A, B)
+            return np.sum(out * out) / (C.shape[0] * C.shape[1])
+    elif name == "jacobi-2d":
+        def loss(A, B, tsteps):
+            a, b = prog(tsteps, A.shape[0], A, B)
+            return np.sum(a * a) / (A.shape[0] * A.shape[0])
+    elif name == "trisolv":
+        def loss(L, b):
+            x = prog(L.shape[0], L, None, b)
+            return np.sum(x * x) + np.sum(x)
+    return loss
+
+
+@pytest.mark.parametrize("name, module", [("gemm", "gemm"), ("jacobi-2d", "jacobi_2d"), ("trisolv", "trisolv")])
+def test_fortran_gradient_equals_the_numpy_kernels_gradient(name, module, backend):
+    """flowgrad's gradient of a corpus routine (called from a NumPy loss) equals its gradient of
+    the same kernel written in NumPy (``benchmarks/kernels``)."""
+    import importlib
+    import flowgrad
+    kernel = importlib.import_module(f"benchmarks.kernels.{module}")
+    args = kernel.args("test")
+    wrt = tuple(k for k, a in enumerate(args) if isinstance(a, (float, np.ndarray)))
+    want = flowgrad.grad(kernel.kernel, wrt=wrt, backend="numpy")(*args)
+    got = flowgrad.grad(_fortran_loss(name), wrt=wrt, backend=backend)(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-13)

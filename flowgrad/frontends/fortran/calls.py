@@ -172,6 +172,15 @@ class CallLowering:
                 raise unsupported(self.loc, f"keyword argument {k}= of {proc.name}",
                                   f"its dummies are {', '.join(proc.dummies)}")
             actual[k] = v
+        F = _fparser()[2]
+        for d, node in list(actual.items()):
+            # an absent OPTIONAL argument passed on is absent in the callee too
+            if isinstance(node, F.Name) and isinstance(self.lookup(str(node).lower(), create=False), Absent):
+                del actual[d]
+        if proc.elemental:
+            values = {d: self.ex(n) for d, n in actual.items()}
+            if any(not isinstance(v, Text) and v.shape != () for v in values.values()):
+                return self.elemental(proc, values)
         frame = Frame(proc, self.host_frame(proc))
         copy_out = []
         decls = frame.decls.decls
@@ -187,22 +196,72 @@ class CallLowering:
                 raise unsupported(self.loc, f"call of {proc.name} without argument {d}",
                                   "pass it (only OPTIONAL dummies may be left out)")
             frame.bindings[d] = self.associate(frame, d, dd, node, copy_out)
+        return self._run_frame(frame, copy_out)
+
+    def _run_frame(self, frame, copy_out=()):
         self.depth += 1
         try:
             stmts, result = self.collect(self.lower_frame, frame)
         finally:
             self.depth -= 1
-        for s in frame.prologue + stmts:
-            self.emit(s)
+        for st in frame.prologue + stmts:
+            self.emit(st)
         for item in copy_out:
             self.copy_back(item)
         return result
 
+    def elemental(self, proc, values):
+        """An ELEMENTAL function applied to arrays: a loop nest over the elements, the function
+        inlined for each (its body may branch on the values)."""
+        from ...ir.core import For, I64, Index
+        from .lowering import Frame
+        if proc.kind != "function":
+            raise unsupported(self.loc, f"ELEMENTAL subroutine {proc.name} called with arrays",
+                              "call it in a DO loop over the elements")
+        shape = next(v.shape for v in values.values() if not isinstance(v, Text) and v.shape != ())
+        arrays = {}
+        for d, v in values.items():
+            if not isinstance(v, Text) and v.shape != ():
+                if len(v.shape) != len(shape):
+                    raise unsupported(self.loc, f"arguments of ELEMENTAL {proc.name} of different ranks",
+                                      "pass conformable arrays")
+                arrays[d] = self.materialize(v, d).ref.container
+        counters = [self.temp("i_" + proc.name, I64, ()) for _ in shape]
+
+        def body():
+            frame = Frame(proc, self.host_frame(proc))
+            for d in proc.dummies:
+                dd = frame.decls.decls.get(d)
+                if d not in values:
+                    if dd is not None and dd.optional:
+                        frame.bindings[d] = Absent(d)
+                        continue
+                    raise unsupported(self.loc, f"call of {proc.name} without argument {d}", "pass it")
+                tspec = self.tspec(frame, dd.type_node if dd is not None else None, d)
+                v = values[d]
+                if d in arrays:
+                    v = Read(Ref(arrays[d], [Index(Read(Ref(c, ()))) for c in counters]))
+                frame.bindings[d] = Value(convert(v, tspec.dtype(self.loc), self.loc), tspec)
+            return self._run_frame(frame)
+        self.loop_vars.update(counters)
+        try:
+            stmts, elem = self.collect(body)
+        finally:
+            self.loop_vars.difference_update(counters)
+        out = self.temp(proc.name, elem.dtype, shape)
+        stmts.append(Assign(Ref(out, [Index(Read(Ref(c, ()))) for c in counters]), elem, loc=self.loc))
+        for c, n in reversed(list(zip(counters, shape))):
+            stmts = [For(c, const(0), n, const(1), stmts, loc=self.loc)]
+        for st in stmts:
+            self.emit(st)
+        return Read(Ref(out))
+
     def lower_frame(self, frame):
         """The body of ``frame``'s procedure; its function result (a value), else None."""
         proc = frame.proc
-        saved = self.frame, self.loc
+        saved = self.frame, self.loc, getattr(self, "_masks", None)
         self.frame = frame
+        self._masks = None          # a WHERE around the call does not mask the callee's assignments
         self._active = tuple(self._active) + (frame,)
         try:
             result_var = None
@@ -216,7 +275,7 @@ class CallLowering:
             return Read(result_var.ref)
         finally:
             self._active = self._active[:-1]
-            self.frame, self.loc = saved
+            self.frame, self.loc, self._masks = saved
 
     def function_result(self, frame):
         proc = frame.proc
