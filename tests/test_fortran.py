@@ -722,3 +722,22 @@ def test_unknown_entry_undeclared_names_and_missing_procedures():
     prog = fortran("subroutine s(x)\n  real(8) :: x\n  call elsewhere(x)\nend subroutine\n", "s")
     with pytest.raises(flowgrad.UnsupportedError, match="unknown subroutine elsewhere"):
         prog(1.0, backend="numpy")
+
+
+def test_errors_in_included_files_name_the_included_file(tmp_path):
+    import flowgrad
+    (tmp_path / "body.h").write_text("x = x + 1\ngoto 10\n10 continue\n")
+    (tmp_path / "cpp.F90").write_text("subroutine s(x)\n  real(8), intent(inout) :: x\n#include \"body.h\"\n"
+                                      "end subroutine\n")
+    (tmp_path / "inc.f90").write_text("subroutine s(x)\n  real(8), intent(inout) :: x\n  include 'body.h'\n"
+                                      "end subroutine\n")
+    for name in ("cpp.F90", "inc.f90"):
+        prog = flowgrad.from_fortran(str(tmp_path / name), "s", include_dirs=[tmp_path])
+        with pytest.raises(flowgrad.UnsupportedError, match="body.h:2: unsupported GOTO"):
+            prog(1.0, backend="numpy")
+
+
+def test_syntax_errors_name_the_file():
+    import flowgrad
+    with pytest.raises(flowgrad.UnsupportedError, match="<fortran source>"):
+        flowgrad.from_fortran("subroutine s(x)\n  real :: x\n  x = = 2\nend subroutine\n", "s")

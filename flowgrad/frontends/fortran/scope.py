@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ...errors import unsupported
 from ...ir.core import Index, Ref, Slice, op
-from .source import _fparser, node_line
+from .source import _fparser
 from .types import TypeSpec
 
 
@@ -435,10 +435,6 @@ def implicit_rules(unit, parent_rules):
             for c in range(ord(a), ord(b) + 1):
                 rules[chr(c)] = tnode
     return rules
-
-
-def stmt_line(node):
-    return node_line(node)
 
 
 __all__ = ["ArrayView", "Var", "Value", "Absent", "Decl", "TypeDef", "declarations", "implicit_rules", "extent",

@@ -163,17 +163,35 @@ def parse(source: SourceText, include_dirs=()):
 # ---------------------------------------------------------------- program units
 
 
-def node_line(node):
-    """The first (preprocessed) line of a parse-tree node, from the nearest statement inside it."""
+def node_item(node):
+    """The reader's item (line span, reader) of the first statement in a parse-tree node."""
     item = getattr(node, "item", None)
     if item is not None and getattr(item, "span", None):
-        return item.span[0]
+        return item
     for child in getattr(node, "children", ()) or ():
         if child is not None and not isinstance(child, str):
-            line = node_line(child)
-            if line is not None:
-                return line
+            found = node_item(child)
+            if found is not None:
+                return found
     return None
+
+
+def node_line(node):
+    """The first (preprocessed) line of a parse-tree node, from the nearest statement inside it."""
+    item = node_item(node)
+    return item.span[0] if item is not None else None
+
+
+def node_loc(source, node):
+    """Where a node's statement is in the user's files: through the preprocessor's line markers,
+    or in a file a Fortran INCLUDE line read."""
+    item = node_item(node) if node is not None else None
+    if item is None:
+        return source.loc(None)
+    reader_id = str(getattr(getattr(item, "reader", None), "id", "") or "")
+    if reader_id and not reader_id.startswith("string-"):
+        return Loc(reader_id, item.span[0])
+    return source.loc(item.span[0])
 
 
 class Unit:
@@ -183,7 +201,7 @@ class Unit:
         self.name, self.node, self.spec, self.source = name, node, spec, source
 
     def loc(self, node=None):
-        return self.source.loc(node_line(node if node is not None else self.node))
+        return node_loc(self.source, node if node is not None else self.node)
 
 
 class ProcDef(Unit):

@@ -81,9 +81,8 @@ class StmtLowering:
 
     def statement(self, s):
         name = type(s).__name__
-        line = node_line(s)
-        if line is not None:
-            self.loc = self.frame.unit.source.loc(line)
+        if node_line(s) is not None:
+            self.loc = self.frame.unit.loc(s)
         if name in _IGNORED:
             return None
         if name in _IO_IGNORED:
