@@ -144,6 +144,13 @@ class StmtLowering:
         masks = self.where_masks()
         if masks is not None:
             v = mk("where", masks, v, Read(ref))
+        else:
+            added = _increment(ref, v)
+            if added is not None:
+                # x = x + e is x += e (the same value, bit for bit): the adjoint passes through
+                # instead of restoring x's old value
+                self.emit(Assign(ref, added, accumulate=True, loc=self.loc))
+                return
         self.emit(Assign(ref, v, loc=self.loc))
 
     def _check_writable(self, ref, lhs):
@@ -610,6 +617,22 @@ class StmtLowering:
         c = self.temp(var.name, dtype, tuple(reversed(extents)))
         self.emit(Assign(Ref(c), const(0, dtype), loc=self.loc))
         var.view = ArrayView.whole(c, lbounds)
+
+
+def _increment(ref, v):
+    """``e`` when ``v`` is ``ref + e``, ``e + ref`` or ``ref - e`` (``-e``) in ``ref``'s dtype."""
+    from ...ir.core import Op, same_ref
+    if not isinstance(v, Op) or v.dtype != ref.container.dtype or v.name not in ("add", "subtract"):
+        return None
+    a, b = v.args
+
+    def is_ref(x):
+        return isinstance(x, Read) and same_ref(x.ref, ref)
+    if is_ref(a) and not any(is_ref(r) for r in iter_reads(b)):
+        return b if v.name == "add" else mk("negative", b)
+    if v.name == "add" and is_ref(b) and not any(is_ref(r) for r in iter_reads(a)):
+        return a
+    return None
 
 
 class _Nested:
