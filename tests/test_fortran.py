@@ -501,6 +501,42 @@ def test_data_statements_and_character_mode_arguments(backend):
     check(DATA_F77, "drive", (0.25,), backend)
 
 
+INTRINSICS = """
+subroutine intr(n, a, b, s, k)
+  integer, intent(in) :: n
+  real(8), intent(in) :: a(n)
+  real(8), intent(inout) :: b(n, 3)
+  real(8), intent(out) :: s(10)
+  integer, intent(out) :: k(4)
+  real(8) :: m(2, 3), sp(3, n)
+  integer :: i, j
+  m = reshape([(dble(i) * a(1), i = 1, 6)], [2, 3])
+  sp = spread(a, 1, 3)
+  s(1) = sum(m(2, :)) + sum(sp(2, :))
+  s(2) = sum(a, mask=a > 0.5d0) + product(a(1:3))
+  s(3) = sum(product(b, dim=2))
+  s(4) = sum(cshift(a, 2)) * a(1) + sum(cshift(a, 2) * a)
+  s(5) = sum(eoshift(a, -1) * a) + sum(eoshift(b, 1, dim=2) * b)
+  s(6) = sum(cshift(b, -1, dim=1) * b)
+  s(7) = maxval(a, mask=a < 0.9d0) + minval(b(:, 2))
+  s(8) = merge(1d0, 2d0, any(a > 0.9d0)) + merge(1d0, 2d0, all(a > 0d0))
+  s(9) = dble(count(b > 0.5d0))
+  s(10) = sum(m) + sum(sum(m, dim=2))
+  k(1) = maxloc(a, dim=1)
+  k(2:2) = minloc(a)
+  k(3) = count(a > 0.3d0)
+  k(4) = size(sp, 2)
+  do concurrent (i = 1:n, j = 1:3, b(i, j) > 0.2d0)
+    b(i, j) = b(i, j) * a(i) + j
+  end do
+end subroutine
+"""
+
+
+def test_transformational_intrinsics_and_do_concurrent(backend):
+    check(INTRINSICS, "intr", (6, RNG.random(6), RNG.random((6, 3)), np.zeros(10), np.zeros(4, np.int32)), backend)
+
+
 # ---------------------------------------------------------------- conventions of the program object
 
 STENCIL = """
@@ -741,3 +777,24 @@ def test_syntax_errors_name_the_file():
     import flowgrad
     with pytest.raises(flowgrad.UnsupportedError, match="<fortran source>"):
         flowgrad.from_fortran("subroutine s(x)\n  real :: x\n  x = = 2\nend subroutine\n", "s")
+
+
+def test_vjp_with_respect_to_module_variables():
+    import flowgrad
+    src = RELAX.replace("* cfg%gain + cfg%bias(mod(i, 3))", "")
+    prog = fortran(src, "relax").with_modules({"params": {"table": np.array([1.0, -2.0, 0.5]), "alpha": 0.3}})
+    u = RNG.random(6)
+    out, pullback = flowgrad.vjp(prog, 6, u, wrt=("params.alpha", "u", "params.table"), backend="numpy")
+    g_alpha, g_u, g_table = pullback(np.ones(6))
+    h = 1e-6
+
+    def total(alpha, table):
+        return np.sum(fortran(src, "relax")(6, u, modules={"params": {"alpha": alpha, "table": table}},
+                                            backend="numpy"))
+    t = np.array([1.0, -2.0, 0.5])
+    assert g_alpha == pytest.approx((total(0.3 + h, t) - total(0.3 - h, t)) / (2 * h), rel=1e-6)
+    e = np.array([0.0, 1.0, 0.0])
+    assert g_table[1] == pytest.approx((total(0.3, t + h * e) - total(0.3, t - h * e)) / (2 * h), rel=1e-6)
+    assert g_u.shape == (6,)
+    with pytest.raises(flowgrad.InputError, match="neither an argument"):
+        flowgrad.vjp(prog, 6, u, wrt="params.nope")

@@ -15,7 +15,7 @@ import inspect
 
 import numpy as np
 
-from ...errors import FlowgradError, InputError
+from ...errors import InputError
 from .analysis import module_variables, sizing_integers, written_dummies
 from .program import _Call, capture_program, inline_program, pack_cotangent, unpack
 from .scope import declarations
@@ -30,7 +30,8 @@ class FortranProgram:
     value or a tuple, a function's result first. The caller's arrays are never modified.
     ``flowgrad.vjp(prog, *args)`` returns ``(outputs, pullback)``; ``pullback(cotangents)``
     (one per output, a tuple when there are several) gives the gradient of every float argument,
-    in argument order. ``flowgrad.grad``, ``value_and_grad`` and ``jit`` accept the program, and
+    in argument order (or of the ``wrt`` names given: arguments, and module variables as
+    ``"module.name"``). ``flowgrad.grad``, ``value_and_grad`` and ``jit`` accept the program, and
     a NumPy function flowgrad differentiates may call it.
 
     Module variables the procedure reads (``prog.module_inputs``, as ``"module.name"``) are
@@ -130,23 +131,21 @@ class FortranProgram:
             return capture_program(self, args.args, args.modules)
         return capture_program(self, self._bind(args), self.bound_modules)
 
-    def _entry(self, args, modules, backend, mode):
+    def _entry(self, args, modules, backend, mode, wrt=None):
         from ... import api
         backend = backend or api.DEFAULT_BACKEND
         if backend not in api.BACKENDS:
             raise InputError(f"unknown backend {backend!r}; available: {', '.join(api.BACKENDS)}")
         args = self._bind(args)
         _check_modules(self, modules)
-        key = (self._key(args, modules), backend, mode)
+        if mode != "forward" and wrt is None:
+            wrt = tuple(d for d, v in zip(self.dummies, args) if v is not None and np.asarray(v).dtype.kind == "f")
+        key = (self._key(args, modules), backend, mode, wrt)
         entry = self._entries.get(key)
         call = _Call(args, modules)
         if entry is None:
-            wrt = ()
-            if mode != "forward":
-                wrt = tuple(d for d, v in zip(self.dummies, args)
-                            if v is not None and np.asarray(v).dtype.kind == "f")
-            entry = api._Compiled(self, call, wrt, backend, mode)
-            entry.wrt_names = wrt
+            entry = api._Compiled(self, call, wrt or (), backend, mode)
+            entry.wrt_names = wrt or ()
             self._entries[key] = entry
         return entry, call
 
@@ -172,11 +171,17 @@ class FortranProgram:
         return unpack(cap.layout, raw)
 
     def _flowgrad_vjp(self, args, wrt=None, backend=None):
-        entry, call = self._entry(args, self.bound_modules, backend, "reverse")
-        names = entry.wrt_names
         if wrt is not None:
-            raise InputError(f"flowgrad.vjp of a Fortran program differentiates every float argument "
-                             f"({', '.join(names)}); drop the wrt argument")
+            wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
+            for w in wrt:
+                if not isinstance(w, str) or (w.lower() not in self.dummies and not any(
+                        w.lower() == p or w.lower().startswith(p + ".") for p in self.module_inputs)):
+                    raise InputError(f"wrt entry {w!r} is neither an argument of {self.__name__} "
+                                     f"({', '.join(self.dummies)}) nor a module variable it reads "
+                                     f"({', '.join(self.module_inputs) or 'none'})")
+            wrt = tuple(w.lower() for w in wrt)
+        entry, call = self._entry(args, self.bound_modules, backend, "reverse", wrt)
+        names = entry.wrt_names
         layout = entry.cap.layout
         if entry.result.dtype.kind != "f":
             raise InputError(f"{self.__name__} has no float outputs to differentiate")
@@ -194,6 +199,9 @@ class FortranProgram:
             grads = pull(ct if ct.ndim else ct.item())
             out = []
             for name, g in zip(names, grads):
+                if name not in self.dummies:            # a module variable (held column-major)
+                    out.append(np.asarray(g).T.copy() if np.ndim(g) else float(g))
+                    continue
                 a = args_b[self.dummies.index(name)]
                 if isinstance(a, np.ndarray):
                     out.append(np.asarray(g, dtype=a.dtype).reshape(a.shape))
@@ -273,4 +281,4 @@ def from_fortran(sources, entry, *, include_dirs=(), defines=None):
     return FortranProgram(library, proc)
 
 
-__all__ = ["from_fortran", "FortranProgram", "FlowgradError"]
+__all__ = ["from_fortran", "FortranProgram"]

@@ -98,7 +98,8 @@ def written_names(library, proc, _stack=()):
                     if n:
                         out.add(n)
         elif isinstance(node, (F.Call_Stmt, F.Part_Ref, F.Function_Reference)):
-            callee_name = base_name(node.children[0]) if isinstance(node, F.Call_Stmt) else str(node.children[0]).lower()
+            head = node.children[0]
+            callee_name = base_name(head) if isinstance(node, F.Call_Stmt) else str(head).lower()
             callee = resolve(library, proc, callee_name) if callee_name else None
             args = node.children[1]
             if args is None:

@@ -11,7 +11,7 @@ actuals.
 from __future__ import annotations
 
 from ...errors import unsupported
-from ...ir.core import Assign, Call, Const, If, Read, Ref, const_value, iter_reads, op
+from ...ir.core import Assign, Call, Const, Read, Ref, const_value, iter_reads
 from .exprs import Text, const, convert, fold, mk
 from .intrinsics import PARAMS, RAW, call_intrinsic, call_raw, canonical, is_intrinsic
 from .scope import Absent, ArrayView, Value, Var, declarations, extent
@@ -85,6 +85,9 @@ class CallLowering:
             raise unsupported(self.loc, f"statement function {name} called with {len(pos)} arguments",
                               f"it takes {len(dummies)}")
         values = [self.value(a) for a in pos]
+        # an argument the expression may read several times is computed once
+        values = [v if isinstance(v, (Read, Const)) or v.shape != () else self.materialize(v, d)
+                  for v, d in zip(values, dummies)]
         saved = {d: scope.bindings.get(d) for d in dummies}
         try:
             for d, v in zip(dummies, values):
@@ -544,4 +547,4 @@ class _DeclScope:
         self.rules = implicit_rules(proc, parent.rules if parent is not None else implicit_default())
 
 
-__all__ = ["CallLowering", "split_args", "If", "op", "Const"]
+__all__ = ["CallLowering", "split_args"]

@@ -252,7 +252,7 @@ class ExprLowering:
                 return mk("power", a, b)
             vb = const_value(b)
             if vb == 2:
-                return mk("multiply", a, a)
+                return mk("square", a)          # x * x, as gfortran computes x ** 2
             if vb == 1:
                 return a
             if vb is not None and 0 <= vb <= 64:

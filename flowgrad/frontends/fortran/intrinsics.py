@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import unsupported
-from ...ir.core import BOOL, I64, Call, Const, Read, Ref, const_value
+from ...ir.core import BOOL, I64, Call, Read, Ref, const_value
 from .. import numpy_api
-from .exprs import Text, const, convert, fold, fortran_mod, mk, numeric_type
+from .exprs import Text, const, convert, fortran_mod, mk, numeric_type
 from .scope import Absent, Var
 from .types import F32, F64, TypeSpec, machine, selected_int_kind, selected_real_kind
 
@@ -41,7 +41,8 @@ PARAMS = {
     "shape": ("source", "kind"), "epsilon": ("x",), "huge": ("x",), "tiny": ("x",), "kind": ("x",),
     "selected_real_kind": ("p", "r", "radix"), "selected_int_kind": ("r",), "present": ("a",),
     "allocated": ("array",), "associated": ("pointer", "target"), "reshape": ("source", "shape", "pad", "order"),
-    "spread": ("source", "dim", "ncopies"), "precision": ("x",), "digits": ("x",), "max": (), "min": (),
+    "spread": ("source", "dim", "ncopies"), "cshift": ("array", "shift", "dim"),
+    "eoshift": ("array", "shift", "boundary", "dim"), "precision": ("x",), "digits": ("x",), "max": (), "min": (),
 }
 PARAMS.update({name: ("x",) for name in _MATH})
 # inquiry functions: their array argument is not evaluated as a value (its bounds are what counts)
@@ -446,6 +447,46 @@ def _spread(lo, a):
     return Read(Ref(out))
 
 
+def _shift(circular):
+    """CSHIFT and EOSHIFT by a constant shift: the array's two parts along the axis, swapped
+    (CSHIFT) or one of them replaced by the boundary value (EOSHIFT)."""
+    def handler(lo, a):
+        from ...ir.core import Assign, Slice
+        x, shift = lo.whole(a["array"]), a["shift"]
+        if shift.shape != () or const_value(shift) is None:
+            raise unsupported(lo.loc, "CSHIFT/EOSHIFT by a shift known only at run time", "shift by a constant")
+        shift = const_value(shift)
+        axis = _axis(lo, x, a.get("dim", const(1)))
+        n = const_value(x.shape[axis])
+        if n is None:
+            raise unsupported(lo.loc, "CSHIFT/EOSHIFT along an axis of length known only at run time",
+                              "use a DO loop")
+        src = x if x.ref.is_whole() else lo.materialize(x, "t")
+        c = src.ref.container
+        out = lo.temp("shifted", x.dtype, x.shape)
+
+        def part(ref_c, start, size):
+            items = [Slice(0, d, 1) for d in ref_c.shape]
+            items[axis] = Slice(start, size, 1)
+            return Ref(ref_c, items)
+        s = shift % n if circular else max(-n, min(n, shift))
+        if circular:
+            if s:
+                lo.emit(Assign(part(out, 0, n - s), Read(part(c, s, n - s)), loc=lo.loc))
+                lo.emit(Assign(part(out, n - s, s), Read(part(c, 0, s)), loc=lo.loc))
+            else:
+                lo.emit(Assign(Ref(out), Read(Ref(c)), loc=lo.loc))
+            return Read(Ref(out))
+        fill = convert(a["boundary"], x.dtype) if a.get("boundary") is not None else const(0, x.dtype)
+        lo.emit(Assign(Ref(out), fill, loc=lo.loc))
+        if s >= 0 and n - s:
+            lo.emit(Assign(part(out, 0, n - s), Read(part(c, s, n - s)), loc=lo.loc))
+        elif s < 0 and n + s:
+            lo.emit(Assign(part(out, -s, n + s), Read(part(c, 0, n + s)), loc=lo.loc))
+        return Read(Ref(out))
+    return handler
+
+
 _HANDLERS = {
     "abs": _abs, "sign": _sign, "mod": _mod, "modulo": _modulo, "dim": _dim, "atan": _atan, "atan2": _atan2,
     "dprod": _dprod, "real": _to_real(F32), "float": _to_real(F32), "sngl": _to_real(F32), "dble": _to_real(F64),
@@ -457,7 +498,7 @@ _HANDLERS = {
     "count": _count, "any": _any, "all": _all, "maxloc": _loc("maxloc"), "minloc": _loc("minloc"),
     "dot_product": _dot, "matmul": _matmul, "transpose": _transpose,
     "selected_real_kind": _selected_real_kind, "selected_int_kind": _selected_int_kind,
-    "reshape": _reshape, "spread": _spread,
+    "reshape": _reshape, "spread": _spread, "cshift": _shift(True), "eoshift": _shift(False),
 }
 _HANDLERS.update({name: _math(opname) for name, opname in _MATH.items() if name != "atan"})
 _RAW_HANDLERS = {"size": _size, "lbound": _bound(False), "ubound": _bound(True), "shape": _shape,
@@ -470,4 +511,4 @@ def call_raw(lo, name, nodes_by_key):
     return _RAW_HANDLERS[canonical(name)](lo, None, nodes_by_key)
 
 
-__all__ = ["call_intrinsic", "call_raw", "is_intrinsic", "canonical", "PARAMS", "RAW", "fold", "Const"]
+__all__ = ["call_intrinsic", "call_raw", "is_intrinsic", "canonical", "PARAMS", "RAW"]

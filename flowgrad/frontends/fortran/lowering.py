@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InputError, unsupported
-from ...ir.core import BOOL, I64, Assign, Const, Expr, Read, Ref, const_value, iter_reads
+from ...errors import unsupported
+from ...ir.core import Assign, Const, Expr, Read, Ref, const_value, iter_reads
 from .calls import CallLowering
 from .exprs import ExprLowering, const, convert, fold
 from .scope import ArrayView, Value, Var, declarations, implicit_rules
@@ -522,7 +522,7 @@ def _components(lo, owner, tdef):
     if cached is not None:
         return cached
     F = _fparser()[2]
-    from .scope import Decl, _array_spec, _attr
+    from .scope import Decl, _array_spec
     comps = {}
     for part in tdef.children:
         if not isinstance(part, F.Component_Part):
@@ -558,4 +558,4 @@ def _missing(lo, name):
     raise unsupported(lo.loc, f"procedure {name} of a generic interface", "its source is not among the sources")
 
 
-__all__ = ["Lowering", "Frame", "ModuleScope", "InputError", "I64", "BOOL"]
+__all__ = ["Lowering", "Frame", "ModuleScope"]

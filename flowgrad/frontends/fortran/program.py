@@ -10,18 +10,16 @@ result is one flat vector of them all (in float64 unless every one is float32), 
 """
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 
 from ...errors import FlowgradError, InputError, unsupported
 from ...ir.core import BOOL, I64, Assign, Call, Const, Read, Ref, Slice, const_value
 from .. import Captured
 from ..python import Namer
-from .analysis import module_variables, sizing_integers, written_dummies, written_names
+from .analysis import written_names
 from .exprs import const, convert, fold
-from .lowering import Frame, Lowering, ModuleScope, _components
-from .scope import Absent, ArrayView, Value, Var, declarations, extent
+from .lowering import Frame, Lowering
+from .scope import Absent, ArrayView, Value, Var, extent
 from .types import F32, F64
 
 
@@ -235,7 +233,8 @@ class Capture:
             raise InputError(f"argument {d!r} has dtype {value.dtype}; pass a real, integer or boolean array")
         shape = value.shape
         rank = len(dd.dims)
-        lbounds = [const(1) if lo_ is None else fold(lo.in_scope(frame, lo.int_value, lo_)) for kind, lo_, hi in dd.dims]
+        lbounds = [const(1) if lo_ is None else fold(lo.in_scope(frame, lo.int_value, lo_))
+                   for kind, lo_, hi in dd.dims]
         want = []
         for (kind, lo_, hi), lb in zip(dd.dims, lbounds):
             if kind == "explicit":
@@ -529,6 +528,4 @@ def pack_cotangent(layout, cotangents, dtype):
     return out
 
 
-__all__ = ["capture_program", "Capture", "unpack", "pack_cotangent", "_Call", "_PythonHost", "FlowgradError",
-           "ModuleScope", "_components", "declarations", "module_variables", "sizing_integers", "written_dummies",
-           "Call", "inspect"]
+__all__ = ["capture_program", "inline_program", "Capture", "unpack", "pack_cotangent"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 from ...errors import unsupported
 from ...ir.core import Index, Ref, Slice, op
 from .source import _fparser
-from .types import TypeSpec
 
 
 # ---------------------------------------------------------------- where variables live
@@ -437,5 +436,4 @@ def implicit_rules(unit, parent_rules):
     return rules
 
 
-__all__ = ["ArrayView", "Var", "Value", "Absent", "Decl", "TypeDef", "declarations", "implicit_rules", "extent",
-           "TypeSpec"]
+__all__ = ["ArrayView", "Var", "Value", "Absent", "Decl", "declarations", "implicit_rules", "extent"]

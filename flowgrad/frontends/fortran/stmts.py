@@ -9,10 +9,9 @@ body may leave it stops running its body once the flag is set, as the Python fro
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ...errors import unsupported
-from ...ir.core import BOOL, I64, Assign, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads, op, stmt_writes, walk
+from ...ir.core import (BOOL, I64, Assign, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads, op,
+                        stmt_writes, walk)
 from .exprs import Text, const, convert, fold, int_div, mk
 from .scope import ArrayView, Value, Var, extent
 from .source import _fparser, node_line
@@ -325,6 +324,8 @@ class StmtLowering:
             cond, counter = control.children[0], control.children[1]
             if cond is not None:
                 return self._while(cond, body, ctx)
+            if counter is None and len(control.children) > 3 and control.children[3] is not None:
+                return self._concurrent(control.children[3], body, ctx)
             return self._for(counter, body, ctx)
         finally:
             self.frame.loops.pop()
@@ -385,6 +386,32 @@ class StmtLowering:
         else:
             self.emit(Assign(own, after, loc=loc))
         return esc - {ctx.brk, ctx.cont} or None
+
+    def _concurrent(self, header, body, ctx):
+        """DO CONCURRENT: nested DO loops (the first index innermost), the mask an IF inside."""
+        specs, mask = header.children[0].children, header.children[1]
+        inner = list(body) if mask is None else [_Masked(mask, list(body))]
+        for spec in specs[:-1]:
+            var, lo, hi, st = spec.children
+            inner = [_Loop(var, [lo, hi] + ([st] if st is not None else []), inner)]
+        var, lo, hi, st = specs[-1].children
+        return self._for((var, [lo, hi] + ([st] if st is not None else [])), inner, ctx)
+
+    def st__Loop(self, s):
+        ctx = LoopCtx(None)
+        self.frame.loops.append(ctx)
+        try:
+            return self._for((s.var, s.bounds), s.body, ctx)
+        finally:
+            self.frame.loops.pop()
+
+    def st__Masked(self, s):
+        cond = fold(self.condition(s.mask))
+        if isinstance(cond, Const):
+            return self.block(s.body) if cond.value else None
+        body, esc = self.collect(self.block, s.body)
+        self.emit(If(cond, body, [], loc=self.loc))
+        return esc
 
     def _while(self, cond_node, body, ctx):
         loc = self.loc
@@ -635,6 +662,22 @@ def _increment(ref, v):
     return None
 
 
+class _Loop:
+    """One index of a DO CONCURRENT header, as a DO loop."""
+
+    def __init__(self, var, bounds, body):
+        self.var, self.bounds, self.body = var, bounds, body
+        self.item = None
+
+
+class _Masked:
+    """The mask of a DO CONCURRENT header, as an IF around the body."""
+
+    def __init__(self, mask, body):
+        self.mask, self.body = mask, body
+        self.item = None
+
+
 class _Nested:
     """The inner loop of ``DO 10 I ... DO 10 J ... 10 CONTINUE`` (shared termination)."""
 
@@ -646,4 +689,4 @@ class _Nested:
         return self.head.item
 
 
-__all__ = ["StmtLowering", "LoopCtx", "np", "Value"]
+__all__ = ["StmtLowering", "LoopCtx"]
