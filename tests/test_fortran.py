@@ -707,6 +707,24 @@ def test_a_pytorch_training_step_calls_the_program():
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.ml
+@pytest.mark.skipif(not have_module("torch"), reason="needs PyTorch")
+def test_torch_function_of_a_one_output_program():
+    import torch
+    import flowgrad
+    import flowgrad.torch
+    prog = fortran(ENERGY, "energy")
+    f = flowgrad.torch.function(prog, backend="numpy")
+    x = torch.tensor(RNG.random(5), requires_grad=True)
+    e = f(5, x, False)
+    e.backward()
+    ref = ((x[1:] - x[:-1]) ** 2).sum()
+    torch.testing.assert_close(e, ref.detach())
+    torch.testing.assert_close(x.grad, torch.autograd.grad(ref, x)[0])
+    with pytest.raises(flowgrad.InputError, match="several outputs"):
+        flowgrad.torch.function(fortran(STENCIL, "smooth"))
+
+
 # ---------------------------------------------------------------- errors and warnings
 
 

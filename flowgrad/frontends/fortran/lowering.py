@@ -153,7 +153,7 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
             if b is not None:
                 return b
             s = s.parent
-        if create and isinstance(start, Frame) and self.find_procedure(name) is None:
+        if create and isinstance(start, Frame):
             tnode = start.rules.get(name[0])
             if tnode is not None:
                 b = self.make_local(start, None, name, tnode)
@@ -188,12 +188,14 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
         return None
 
     def _names_procedure(self, s, d):
-        """Whether declaration ``d`` gives the type of a function rather than declaring a variable."""
+        """Whether declaration ``d`` names a procedure (EXTERNAL, a statement function) rather than a
+        variable. A scalar declared with a function's name (``REAL F``) is also made a variable,
+        unused where ``F(x)`` is a call."""
         if d.dims is not None or d.parameter or d.init is not None:
             return False
         if isinstance(s, Frame) and (d.name in s.dummies or d.name == s.proc.result and s.proc.kind == "function"):
             return False
-        return d.external or d.name in s.stmt_funcs or self.find_procedure(d.name, s) is not None
+        return d.external or d.name in s.stmt_funcs
 
     def find_procedure(self, name, scope=None):
         """The procedure (a ``ProcDef``, or a list of them for a generic) ``name`` calls here."""

@@ -203,6 +203,8 @@ class Capture:
             if dd is not None and dd.dims is not None:
                 frame.bindings[d] = self.array_dummy(frame, k, d, dd, tspec, dtype, value)
                 continue
+            if isinstance(value, np.ndarray) and value.ndim == 0:
+                value = value[()]
             if isinstance(value, np.ndarray) and value.ndim:
                 raise InputError(f"argument {d!r} of {proc.name} is a scalar, but an array of shape "
                                  f"{value.shape} was passed")
