@@ -537,6 +537,89 @@ def test_transformational_intrinsics_and_do_concurrent(backend):
     check(INTRINSICS, "intr", (6, RNG.random(6), RNG.random((6, 3)), np.zeros(10), np.zeros(4, np.int32)), backend)
 
 
+NEWTON = """
+module newton
+  implicit none
+contains
+  real(8) function resid(x, c)
+    real(8), intent(in) :: x, c
+    resid = x * x * x - c
+  end function
+  subroutine find(c, x, iters)
+    real(8), intent(in) :: c
+    real(8), intent(inout) :: x
+    integer, intent(out) :: iters
+    iters = 0
+    do while (abs(resid(x, c)) > 1d-12)
+      x = x - resid(x, c) / (3 * x * x)
+      iters = iters + 1
+      if (iters >= 40) return
+    end do
+  end subroutine
+  real(8) function first_big(n, v, t)
+    integer, intent(in) :: n
+    real(8), intent(in) :: v(n), t
+    integer :: i
+    first_big = -1d0
+    do i = 1, n
+      if (v(i) > t) then
+        first_big = v(i) * i
+        return
+      end if
+    end do
+    first_big = sum(v)
+  end function
+end module
+subroutine solve(n, c, x, v, out, iters)
+  use newton
+  integer, intent(in) :: n
+  real(8), intent(in) :: c(n), v(n)
+  real(8), intent(inout) :: x(n)
+  real(8), intent(out) :: out
+  integer, intent(out) :: iters
+  integer :: i, it
+  iters = 0
+  do i = 1, n
+    call find(c(i), x(i), it)
+    iters = iters + it
+  end do
+  out = first_big(n, v, 0.8d0) + first_big(n, v, 2d0)
+end subroutine
+"""
+
+
+def test_do_while_on_a_function_value_and_return_inside_loops(backend):
+    args = (4, 1 + RNG.random(4), 1 + RNG.random(4), RNG.random(4), 0.0, 0)
+    prog, _ = check(NEWTON, "solve", args, backend)
+    x, out, iters = prog(*args[:4], backend=backend)
+    np.testing.assert_allclose(x ** 3, args[1], rtol=1e-12)
+    assert iters > 4
+
+
+def test_explain_takes_a_program():
+    import flowgrad
+    plan = flowgrad.explain(fortran(NEWTON, "first_big"), 4, RNG.random(4), 0.5, wrt="v", backend="numpy")
+    assert "memory plan" in str(plan)
+
+
+def test_recursion_is_refused():
+    import flowgrad
+    with pytest.raises(flowgrad.UnsupportedError, match="recursive call of fact"):
+        fortran(RECURSIVE, "fact")(5, backend="numpy")
+
+
+RECURSIVE = """
+recursive integer function fact(n) result(f)
+  integer, intent(in) :: n
+  if (n <= 1) then
+    f = 1
+  else
+    f = n * fact(n - 1)
+  end if
+end function
+"""
+
+
 # ---------------------------------------------------------------- conventions of the program object
 
 STENCIL = """

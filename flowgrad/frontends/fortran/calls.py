@@ -17,7 +17,7 @@ from .intrinsics import PARAMS, RAW, call_intrinsic, call_raw, canonical, is_int
 from .scope import Absent, ArrayView, Value, Var, declarations, extent
 from .source import _fparser
 
-MAX_DEPTH = 48
+MAX_DEPTH = 24
 
 
 def split_args(nodes):
@@ -163,8 +163,8 @@ class CallLowering:
     def inline(self, proc, arg_nodes):
         """Lower a call of ``proc`` in place; a function's result value is returned."""
         from .lowering import Frame
-        if self.depth >= MAX_DEPTH:
-            raise unsupported(self.loc, f"recursion in {proc.name}", "write the recursion as a loop")
+        if any(f.proc is proc for f in self._active) or self.depth >= MAX_DEPTH:
+            raise unsupported(self.loc, f"recursive call of {proc.name}", "write the recursion as a loop")
         pos, kw = split_args(arg_nodes)
         if len(pos) > len(proc.dummies):
             raise unsupported(self.loc, f"call of {proc.name} with {len(pos)} arguments",
