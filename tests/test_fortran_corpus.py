@@ -64,3 +64,13 @@ def test_fortran_gradient_equals_the_numpy_kernels_gradient(name, module, backen
     got = flowgrad.grad(_fortran_loss(name), wrt=wrt, backend=backend)(*args)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-13)
+
+
+def test_arrays_the_loops_revisit_are_copied_column_major():
+    """gemm's loops revisit every element of its matrices (copied into column-major order); atax
+    reads each element of A about once (read where it lies)."""
+    import flowgrad
+    from benchmarks.fortran import BY_NAME
+    gemm, atax = BY_NAME["gemm"], BY_NAME["atax"]
+    assert {"a", "b", "c"} <= flowgrad.from_fortran(gemm.files, gemm.entry).reused
+    assert "a" not in flowgrad.from_fortran(atax.files, atax.entry).reused

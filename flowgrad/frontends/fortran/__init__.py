@@ -16,7 +16,7 @@ import inspect
 import numpy as np
 
 from ...errors import InputError
-from .analysis import module_variables, sizing_integers, written_dummies
+from .analysis import module_variables, reused_arrays, sizing_integers, written_dummies
 from .program import _Call, capture_program, inline_program, pack_cotangent, unpack
 from .scope import declarations
 from .source import Library, read_sources
@@ -52,6 +52,7 @@ class FortranProgram:
             raise InputError(f"{proc.loc()}: {proc.name} writes none of its arguments: there is nothing to "
                              "return (give the outputs INTENT(OUT) or INTENT(INOUT))")
         self.sizing = sizing_integers(proc)
+        self.reused = reused_arrays(proc)
         self.module_inputs = module_variables(library, proc)
         self.bound_modules = dict(bound_modules or {})
         decls = declarations(proc).decls

@@ -245,3 +245,40 @@ def _var_in(library, unit, name, seen, own):
         if hit is not None:
             return hit
     return None
+
+
+def reused_arrays(proc):
+    """The array dummies whose elements the procedure's loops visit more than once: referenced
+    under more DO loops (an array section counting one loop per ranged subscript, a whole array
+    or an actual argument one per dimension) than the array has dimensions."""
+    F = _fparser()[2]
+    decls = declarations(proc).decls
+    ranks = {d: len(decls[d].dims) for d in proc.dummies if decls.get(d) is not None and decls[d].dims is not None}
+    depth_of = {}
+
+    def visit(node, depth):
+        if isinstance(node, (F.Block_Nonlabel_Do_Construct, F.Block_Label_Do_Construct, F.Action_Term_Do_Construct)):
+            depth += 1
+        if isinstance(node, (F.Part_Ref, F.Intrinsic_Function_Reference)) and str(node.children[0]).lower() in ranks:
+            name = str(node.children[0]).lower()
+            subs = node.children[1].children if node.children[1] is not None else ()
+            ranged = sum(isinstance(x, F.Subscript_Triplet) for x in subs)
+            depth_of[name] = max(depth_of.get(name, 0), depth + ranged)
+            for x in subs:
+                visit(x, depth)
+            return
+        if isinstance(node, F.Name) and str(node).lower() in ranks:
+            name = str(node).lower()
+            depth_of[name] = max(depth_of.get(name, 0), depth + ranks[name])
+            return
+        for child in getattr(node, "children", ()) or ():
+            if child is not None and not isinstance(child, str):
+                if isinstance(child, (list, tuple)):
+                    for c in child:
+                        if c is not None and not isinstance(c, str):
+                            visit(c, depth)
+                else:
+                    visit(child, depth)
+    for s in proc.body:
+        visit(s, 0)
+    return {d for d, r in ranks.items() if depth_of.get(d, 0) > r}

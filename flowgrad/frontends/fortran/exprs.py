@@ -512,6 +512,8 @@ class ExprLowering:
             return e
         from ...ir.core import Call, Ref
         e = self.whole(e)
+        if e.ref.perm is not None or not e.ref.is_whole():
+            e = self.materialize(e, "t")
         n = const(1)
         for d in e.shape:
             n = mk("multiply", n, d)

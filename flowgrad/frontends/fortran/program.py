@@ -3,8 +3,9 @@
 The program is captured per call signature (array shapes and dtypes, the kinds of scalars,
 the values of integer dummies that size array dummies, the shapes of allocatable module
 arrays), like any flowgrad function. Arguments follow numpy.f2py: ``a(i, j)`` is ``A[i - 1,
-j - 1]`` (``A[i - l1, j - l2]`` for lower bounds ``l1``, ``l2``), in any memory order; the
-program holds arrays in column-major order (IR axes reversed). Its results are the dummies
+j - 1]`` (``A[i - l1, j - l2]`` for lower bounds ``l1``, ``l2``), in any memory order; an
+array the routine's loops revisit is copied into column-major order (IR axes reversed), one it
+reads about once is read in the caller's layout through a permuted view. Its results are the dummies
 the routine may write, in argument order, after a function's result; with several, the IR
 result is one flat vector of them all (in float64 unless every one is float32), unpacked here.
 """
@@ -264,8 +265,12 @@ class Capture:
         self.arg_containers[d] = c
         if len(value.shape) <= 1 and d not in self.reshapes:
             return Var(d, tspec, view=ArrayView.whole(c, lbounds), decl=dd)
-        # the routine works on a column-major copy (its loops then walk memory in order); the
-        # argument keeps the caller's layout, and so does its gradient
+        if d not in self.reshapes and d not in self.prog.reused:
+            # read about once per element: the routine reads the caller's layout where it lies
+            axes = [("dim", k, 0, 1) for k in range(len(shape))]
+            return Var(d, tspec, view=ArrayView(c, axes, lbounds, list(c.shape)), decl=dd)
+        # an array the loops revisit is copied into column-major order, so that Fortran's loops
+        # walk memory in order; the argument keeps the caller's layout, and so does its gradient
         from .. import numpy_api
         read = Read(Ref(c))
         if len(value.shape) > 1:
