@@ -733,6 +733,38 @@ def test_alpha_from_modules_matches_gfortran():
                   (6, RNG.random(6)), "numpy")
 
 
+PROFILE = """
+module dims
+  integer :: nlev = 4
+end module
+subroutine prof(n, x, s)
+  use dims
+  integer, intent(in) :: n
+  real(8), intent(in) :: x(n)
+  real(8), intent(out) :: s
+  real(8) :: w(nlev)
+  integer :: k
+  do k = 1, nlev
+    w(k) = x(mod(k, n) + 1) * k
+  end do
+  s = sum(w ** 2)
+end subroutine
+"""
+
+
+def test_a_module_integer_sizes_a_local_array_at_run_time(backend):
+    prog = fortran(PROFILE, "prof")
+    assert prog.module_inputs == ["dims.nlev"]
+    oracle = Gfortran(prog, PROFILE)
+    x = RNG.random(5)
+    check_program(prog, oracle, (5, x, 0.0), backend)
+    oracle.set_module("dims", "nlev", np.int32(7))
+    try:
+        check_program(prog.with_modules({"dims": {"nlev": 7}}), oracle, (5, x, 0.0), backend)
+    finally:
+        oracle.set_module("dims", "nlev", np.int32(4))
+
+
 # ---------------------------------------------------------------- called from NumPy and PyTorch code
 
 def test_a_numpy_loss_calls_the_program(backend):

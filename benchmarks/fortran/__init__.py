@@ -174,7 +174,9 @@ def _advect(rng, size):
     n, steps = _sizes(size, (16, 5), (2000, 400))
     x = (np.arange(n + 2) - 0.5) / n
     u = np.exp(-40 * (x - 0.4) ** 2) + 0.1 * rng.random(n + 2)
-    return n, steps, 0.2 / n, 0.7, 0.01, u, 0.0
+    c, nu = 0.7, 0.01
+    dt = 0.2 * min(1.0 / (n * c), 1.0 / (2.0 * nu * n * n))        # stable: CFL and diffusion number < 0.2
+    return n, steps, dt, c, nu, u, 0.0
 
 
 def _cloudsc(rng, size):

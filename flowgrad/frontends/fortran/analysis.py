@@ -189,7 +189,8 @@ def module_variables(library, proc, _seen=None):
     seen.add(proc)
     out = []
     local = set(proc.dummies) | set(declarations(proc).decls) | {proc.result}
-    for node in _body(proc):
+    spec = [n for part in proc.spec for n in _walk(part)]
+    for node in spec + list(_body(proc)):
         if isinstance(node, F.Name):
             name = str(node).lower()
             if name in local:
