@@ -108,7 +108,8 @@ def main(argv=None):
              f"{platform.processor() or platform.machine()} ({os.cpu_count()} CPUs), one thread. gfortran -O2 "
              "forward: the routine's call alone; flowgrad (native backend): `prog(*args)` and `flowgrad.vjp` "
              "with one pullback, arguments and results included; best of "
-             f"{a.repeat} runs after a first that compiles.", "",
+             f"{a.repeat} runs after a first that compiles. The machine may be shared: compare ratios, and expect "
+             "them to move by tens of percent between runs.", "",
              "| routine | sizes | gfortran -O2 forward (ms) | flowgrad forward (ms) | flowgrad gradient (ms) "
              "| forward / gfortran | gradient / gfortran |",
              "|---|---|---:|---:|---:|---:|---:|"]

@@ -931,3 +931,37 @@ def test_vjp_with_respect_to_module_variables():
     assert g_u.shape == (6,)
     with pytest.raises(flowgrad.InputError, match="neither an argument"):
         flowgrad.vjp(prog, 6, u, wrt="params.nope")
+
+
+FIXED_F = """C     fixed form through the preprocessor
+      SUBROUTINE SCAL(N, X)
+      INTEGER N
+      DOUBLE PRECISION X(N)
+#ifdef TWICE
+      DO 10 I = 1, N
+         X(I) = X(I) * FACTOR
+   10 CONTINUE
+#endif
+      X(1) = X(1) + 1.0D0
+      END
+"""
+
+
+def test_preprocessed_fixed_form_with_gfortran_or_cpp(tmp_path, monkeypatch):
+    import shutil
+    import flowgrad
+    import flowgrad.frontends.fortran.source as source
+    path = tmp_path / "fixed.F"
+    path.write_text(FIXED_F)
+    defines = {"TWICE": None, "FACTOR": "2.0D0"}
+    np.testing.assert_array_equal(flowgrad.from_fortran(str(path), "scal", defines=defines)(3, np.ones(3),
+                                                                                            backend="numpy"), [3, 2, 2])
+    np.testing.assert_array_equal(flowgrad.from_fortran(str(path), "scal")(3, np.ones(3), backend="numpy"), [2, 1, 1])
+    which = shutil.which
+    if which("cpp") is not None:
+        monkeypatch.setattr(source.shutil, "which", lambda n: None if n == "gfortran" else which(n))
+        np.testing.assert_array_equal(flowgrad.from_fortran(str(path), "scal", defines=defines)(
+            3, np.ones(3), backend="numpy"), [3, 2, 2])
+    monkeypatch.setattr(source.shutil, "which", lambda n: None)
+    with pytest.raises(flowgrad.FlowgradError, match="needs gfortran or cpp"):
+        flowgrad.from_fortran(str(path), "scal")
