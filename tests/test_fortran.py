@@ -620,6 +620,31 @@ end function
 """
 
 
+SPELLINGS = """module prec
+  use, intrinsic :: iso_fortran_env, only: dp => real64, int32
+  implicit none
+  integer, parameter :: wp = kind(1.d0)
+end module
+subroutine misc(n, a, b)
+  use prec
+  implicit real*8 (a-h, o-z)
+  integer(int32), intent(in) :: n
+  real(dp), dimension(n), intent(in out) :: a
+  real(wp), intent(out) :: b(2)
+  real(dp) :: c(3)
+  c = [real(dp) :: 1, 2, 3]
+  b(1) = sum(c) + size(a, dim=1)
+  b(2) = maxval(abs(a))
+  a(n:1:-1) = a * 2
+end subroutine
+"""
+
+
+def test_intrinsic_modules_in_out_typed_constructors_negative_strides(backend):
+    prog, _ = check(SPELLINGS, "misc", (4, RNG.standard_normal(4), np.zeros(2)), backend)
+    assert prog.outputs == ["a", "b"]          # INTENT(IN OUT) is INTENT(INOUT)
+
+
 # ---------------------------------------------------------------- conventions of the program object
 
 STENCIL = """

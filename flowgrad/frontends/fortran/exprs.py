@@ -439,6 +439,11 @@ class ExprLowering:
     def ex_Array_Constructor(self, node):
         F = _fparser()[2]
         values = node.children[1]
+        dtype = None
+        if isinstance(values, F.Ac_Spec):           # [real(8) :: 1, 2, 3]
+            tnode, values = values.children
+            if tnode is not None:
+                dtype = self.tspec(self.frame, tnode).dtype(self.loc)
         items = values.children if values is not None else ()
         pieces = []
         for item in items:
@@ -446,6 +451,8 @@ class ExprLowering:
                 pieces.extend(self.implied_do(item))
             else:
                 pieces.append(self.value(item))
+        if dtype is not None:
+            pieces = [convert(p, dtype, self.loc) for p in pieces]
         return self.construct(pieces)
 
     def implied_do(self, node):

@@ -135,6 +135,8 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
 
     def module_scope(self, name, loc=None):
         scope = self.modules.get(name)
+        if scope is None and name in INTRINSIC_MODULES and name not in self.library.modules:
+            scope = self.modules[name] = _IntrinsicModule(name)
         if scope is None:
             module = self.library.modules.get(name)
             if module is None:
@@ -500,6 +502,34 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
     def warn(self, message):
         import warnings
         warnings.warn(f"{self.loc}: {message}", stacklevel=2)
+
+
+# the kind constants of the intrinsic modules, as gfortran defines them
+INTRINSIC_MODULES = {
+    "iso_fortran_env": {"real32": 4, "real64": 8, "real128": 16, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+                        "numeric_storage_size": 32, "character_storage_size": 8, "file_storage_size": 8},
+    "iso_c_binding": {"c_double": 8, "c_float": 4, "c_long_double": 10, "c_int": 4, "c_short": 2, "c_long": 8,
+                      "c_long_long": 8, "c_int8_t": 1, "c_int16_t": 2, "c_int32_t": 4, "c_int64_t": 8,
+                      "c_size_t": 8, "c_bool": 1, "c_char": 1},
+}
+
+
+class _IntrinsicModule:
+    """An intrinsic module (ISO_FORTRAN_ENV, ISO_C_BINDING): its named kind constants."""
+
+    def __init__(self, name):
+        from .scope import Declarations
+
+        class _Unit:
+            procs = {}
+        self.unit = _Unit()
+        self.unit.name = name
+        self.decls = Declarations()
+        self.rules = {}
+        self.parent = None
+        self.dummies = ()
+        self.stmt_funcs = {}
+        self.bindings = {k: Value(const(v), TypeSpec("integer")) for k, v in INTRINSIC_MODULES[name].items()}
 
 
 class _Prologue:

@@ -282,7 +282,7 @@ def declarations(unit):
         elif isinstance(s, F.Intent_Stmt):
             spec, names = s.children
             for n in names.children:
-                out.decl(str(n)).intent = str(spec).lower()
+                out.decl(str(n)).intent = str(spec).lower().replace(" ", "")
         elif isinstance(s, (F.Optional_Stmt, F.Save_Stmt, F.Allocatable_Stmt, F.Pointer_Stmt, F.External_Stmt,
                             F.Target_Stmt, F.Intrinsic_Stmt, F.Access_Stmt, F.Value_Stmt)):
             _attribute_stmt(out, s, loc_of)
@@ -333,7 +333,7 @@ def _attr(d, a, loc_of):
     """Apply an attribute spec to ``d``; returns the dimension spec of a DIMENSION attribute."""
     F = _fparser()[2]
     if isinstance(a, F.Intent_Attr_Spec):
-        d.intent = str(a.children[1]).lower()
+        d.intent = str(a.children[1]).lower().replace(" ", "")        # IN OUT is INOUT
     elif isinstance(a, F.Dimension_Attr_Spec):
         return _array_spec(a.children[1], loc_of)
     else:
