@@ -645,6 +645,63 @@ def test_intrinsic_modules_in_out_typed_constructors_negative_strides(backend):
     assert prog.outputs == ["a", "b"]          # INTENT(IN OUT) is INTENT(INOUT)
 
 
+IFS_IDIOMS = """
+MODULE YOMHOOK
+  IMPLICIT NONE
+  INTEGER, PARAMETER :: JPHOOK = SELECTED_REAL_KIND(13, 300)
+  LOGICAL :: LHOOK = .FALSE.
+CONTAINS
+  SUBROUTINE DR_HOOK(CDNAME, KSWITCH, PKEY)
+    CHARACTER(LEN=*), INTENT(IN) :: CDNAME
+    INTEGER, INTENT(IN) :: KSWITCH
+    REAL(KIND=JPHOOK), INTENT(INOUT) :: PKEY
+  END SUBROUTINE
+END MODULE
+SUBROUTINE ABOR1(CDTEXT)
+  CHARACTER(LEN=*) :: CDTEXT
+  WRITE(*, *) CDTEXT
+  STOP
+END SUBROUTINE
+SUBROUTINE SCHEME(KLON, KLEV, PT, PQ, LDFLAG, PTEND)
+  USE YOMHOOK, ONLY : LHOOK, DR_HOOK, JPHOOK
+  IMPLICIT NONE
+  INTEGER, INTENT(IN) :: KLON, KLEV
+  REAL(8), INTENT(IN) :: PT(KLON, KLEV), PQ(KLON, KLEV)
+  LOGICAL, INTENT(IN) :: LDFLAG(KLON)
+  REAL(8), INTENT(OUT) :: PTEND(KLON, KLEV, 2)
+  INTEGER, PARAMETER :: NT = 1, NQ = 2
+  REAL(KIND=JPHOOK) :: ZHOOK_HANDLE
+  INTEGER :: JL, JK
+  LOGICAL :: LLACT(KLON)
+  IF (LHOOK) CALL DR_HOOK('SCHEME', 0, ZHOOK_HANDLE)
+  IF (KLEV < 2) CALL ABOR1('SCHEME: KLEV < 2')
+  LLACT(:) = LDFLAG(:)
+  DO JK = 1, KLEV
+    DO JL = 1, KLON
+      IF (LLACT(JL) .AND. PT(JL, JK) > 0.5D0) THEN
+        PTEND(JL, JK, NT) = PT(JL, JK) * PQ(JL, JK)
+        PTEND(JL, JK, NQ) = -PQ(JL, JK) ** 2
+      ELSE
+        PTEND(JL, JK, NT) = 0.0D0
+        PTEND(JL, JK, NQ) = SQRT(PT(JL, JK))
+      END IF
+    END DO
+  END DO
+  IF (LHOOK) CALL DR_HOOK('SCHEME', 1, ZHOOK_HANDLE)
+END SUBROUTINE
+"""
+
+
+def test_ifs_idioms_dr_hook_abor1_logical_arrays_parameter_indices(backend):
+    """``IF (LHOOK) CALL DR_HOOK(...)`` with a stub, an error branch decided when captured (no
+    warning from the ABOR1 it never calls), LOGICAL array arguments, PARAMETER indices."""
+    args = (4, 3, RNG.random((4, 3)), RNG.random((4, 3)), np.array([True, False, True, True]), np.zeros((4, 3, 2)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prog, _ = check(IFS_IDIOMS, "scheme", args, backend)
+    assert prog.module_inputs == ["yomhook.lhook"]
+
+
 # ---------------------------------------------------------------- conventions of the program object
 
 STENCIL = """
