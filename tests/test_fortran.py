@@ -697,7 +697,7 @@ def test_ifs_idioms_dr_hook_abor1_logical_arrays_parameter_indices(backend):
     warning from the ABOR1 it never calls), LOGICAL array arguments, PARAMETER indices."""
     args = (4, 3, RNG.random((4, 3)), RNG.random((4, 3)), np.array([True, False, True, True]), np.zeros((4, 3, 2)))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", UserWarning)
         prog, _ = check(IFS_IDIOMS, "scheme", args, backend)
     assert prog.module_inputs == ["yomhook.lhook"]
 
