@@ -702,6 +702,29 @@ def test_ifs_idioms_dr_hook_abor1_logical_arrays_parameter_indices(backend):
     assert prog.module_inputs == ["yomhook.lhook"]
 
 
+VECTOR_SUBSCRIPTS = """
+subroutine gath(n, m, idx, x, a, y, b)
+  integer, intent(in) :: n, m
+  integer, intent(in) :: idx(m)
+  real(8), intent(in) :: x(n), a(n, 3)
+  real(8), intent(out) :: y(m)
+  real(8), intent(inout) :: b(n, 3)
+  real(8) :: t(m, 2)
+  y = x(idx) * 2 + sum(a(idx, 2))
+  t = a(idx, 1:3:2)
+  y = y + t(:, 2)
+  b(idx(1:2), 3) = [1d0, 2d0]
+  b(idx, 1) = b(idx, 1) + x(idx) ** 2
+end subroutine
+"""
+
+
+def test_vector_subscripts_read_and_assigned(backend):
+    args = (6, 4, np.array([3, 1, 6, 2], dtype=np.int32), RNG.random(6), RNG.random((6, 3)), np.zeros(4),
+            RNG.random((6, 3)))
+    check(VECTOR_SUBSCRIPTS, "gath", args, backend)
+
+
 # ---------------------------------------------------------------- conventions of the program object
 
 STENCIL = """

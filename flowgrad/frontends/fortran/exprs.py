@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import unsupported
-from ...ir.core import BOOL, I64, Const, Expr, Op, Read, const_value, op
+from ...ir.core import BOOL, I64, Assign, Const, Expr, For, Index, Op, Read, Ref, Slice, const_value, op
 from .scope import Absent, ArrayView, Value, Var
 from .source import _fparser
 from .types import real_literal
@@ -351,10 +351,11 @@ class ExprLowering:
             return target
         raise unsupported(self.loc, f"derived-type value {node}", "use its components")
 
-    def designate(self, node):
+    def designate(self, node, write=False):
         """What a variable reference names: ``("elem", Ref)`` a scalar, ``("view", ArrayView)``
         an array or section, ``("record", Var)`` a derived-type variable, ``("value", Expr)`` a
-        constant."""
+        constant or (read) an array with vector subscripts, ``("vector", (view, subscripts))`` an
+        array with vector subscripts being assigned (``write``)."""
         F = _fparser()[2]
         if isinstance(node, F.Name):
             name = str(node).lower()
@@ -369,7 +370,7 @@ class ExprLowering:
                 b = self.const_view(b)
             if not (isinstance(b, Var) and b.is_array):
                 return "value", self.value(node)
-            return self._subscript(b, name, node.children[1])
+            return self._subscript(b, name, node.children[1], write)
         if isinstance(node, F.Data_Ref):
             parts = node.children
             kind, target = self.designate(parts[0])
@@ -383,7 +384,7 @@ class ExprLowering:
                                       f"TYPE({target.tspec.derived}) has no such component")
                 field = self.ensure_field(target, comp)
                 if isinstance(part, F.Part_Ref):
-                    kind, target = self._subscript(field, f"{target.name}%{comp}", part.children[1])
+                    kind, target = self._subscript(field, f"{target.name}%{comp}", part.children[1], write)
                 else:
                     kind, target = self._whole(field, comp)
             return kind, target
@@ -402,7 +403,7 @@ class ExprLowering:
             return "elem", b.ref
         self.read_binding(b, name)      # raises the right error
 
-    def _subscript(self, var, name, subs):
+    def _subscript(self, var, name, subs, write=False):
         F = _fparser()[2]
         view = var.view
         if view is None:
@@ -411,7 +412,7 @@ class ExprLowering:
         if len(items) != view.rank:
             raise unsupported(self.loc, f"{name} indexed with {len(items)} subscripts",
                               f"it has {view.rank} dimensions")
-        out, section = [], False
+        out, section, vector = [], False, False
         for sub in items:
             if isinstance(sub, F.Subscript_Triplet):
                 lo, hi, st = sub.children
@@ -420,15 +421,83 @@ class ExprLowering:
                 section = True
             else:
                 v = self.value(sub)
-                if v.shape != ():
-                    raise unsupported(self.loc, f"vector subscript {sub} of {name}",
-                                      "index with a scalar or a triplet lo:hi:stride (or loop over the indices)")
                 if v.dtype.kind == "f":
                     raise unsupported(self.loc, f"real subscript {sub}", "subscripts must be integers")
+                if v.shape != ():
+                    if len(v.shape) != 1 or v.dtype.kind == "b":
+                        raise unsupported(self.loc, f"subscript {sub} of {name}", "a vector subscript is a rank-1 "
+                                          "INTEGER array")
+                    v = self.whole(v)
+                    if not v.ref.is_whole():
+                        v = self.materialize(v, "idx")
+                    out.append(("v", v))
+                    vector = True
+                    continue
                 out.append(("i", v))
+        if vector:
+            return ("vector", (view, out)) if write else ("value", self.gather(view, out))
         if section:
             return "view", view.section(out)
         return "elem", view.element([s[1] for s in out])
+
+    def _vector_loops(self, subs, body):
+        """For loops over the positions of the vector subscripts (the first innermost) around the
+        statements ``body(subscripts with each vector replaced by its element, counters)``."""
+        counters = {k: self.temp("iv", I64, ()) for k, s in enumerate(subs) if s[0] == "v"}
+        plain = [("i", Read(Ref(s[1].ref.container, [Index(Read(Ref(counters[k], ())))]))) if s[0] == "v" else s
+                 for k, s in enumerate(subs)]
+        self.loop_vars.update(counters.values())
+        try:
+            stmts = body(plain, counters)
+        finally:
+            self.loop_vars.difference_update(counters.values())
+        for k in sorted(counters, reverse=True):
+            n = subs[k][1].shape[0]
+            stmts = [For(counters[k], const(0), n, const(1), stmts, loc=self.loc)]
+        for st in stmts:
+            self.emit(st)
+
+    def gather(self, view, subs):
+        """The value of ``a(idx, ...)``: the elements the vector subscripts name, by loops."""
+        section = view.section([("r", None, None, None) if s[0] == "v" else s for s in subs])
+        vec_dims = [k for k, s in enumerate(subs) if s[0] != "i"]
+        extents = []
+        r = 0
+        for k in vec_dims:
+            extents.append(subs[k][1].shape[0] if subs[k][0] == "v" else section.extents[r])
+            r += 1
+        out = self.temp("gathered", view.container.dtype, tuple(reversed(extents)))
+
+        def body(plain, counters):
+            src = view.section(plain)
+            items = []
+            for k, ext in zip(reversed(vec_dims), reversed(extents)):
+                items.append(Index(Read(Ref(counters[k], ()))) if k in counters else Slice(0, ext, 1))
+            return [Assign(Ref(out, items), Read(src.ref()) if src.rank else Read(src.element([])), loc=self.loc)]
+        self._vector_loops(subs, body)
+        return Read(Ref(out))
+
+    def scatter(self, view, subs, value):
+        """``a(idx, ...) = value``, by loops over the vector subscripts."""
+        vec_dims = [k for k, s in enumerate(subs) if s[0] != "i"]
+        src = None
+        if value.shape != ():
+            src = self.whole(value)
+            if src.ref.perm is not None or not src.ref.is_whole():
+                src = self.materialize(src, "t")
+
+        def body(plain, counters):
+            dst = view.section(plain)
+            v = value
+            if src is not None:
+                items = []
+                for axis, k in enumerate(reversed(vec_dims)):
+                    items.append(Index(Read(Ref(counters[k], ()))) if k in counters
+                                 else Slice(0, src.shape[axis], 1))
+                v = Read(Ref(src.ref.container, items))
+            ref = dst.ref() if dst.rank else dst.element([])
+            return [Assign(ref, convert(v, view.container.dtype, self.loc), loc=self.loc)]
+        self._vector_loops(subs, body)
 
     def const_view(self, b):
         """A constant array (a ``PARAMETER``) as a read-only variable."""
@@ -500,12 +569,10 @@ class ExprLowering:
         for n in sizes:
             total = mk("add", total, n)
         c = self.temp("array", dt, (total,))
-        from ...ir.core import Assign, Ref, Slice
         at = const(0)
         for p, n in zip(pieces, sizes):
             if p.shape == ():
-                from ...ir.core import Index
-                self.emit(Assign(Ref(c, [Index(at)]), convert(p, dt), loc=self.loc))
+                        self.emit(Assign(Ref(c, [Index(at)]), convert(p, dt), loc=self.loc))
             else:
                 flat = self.ravel(convert(p, dt))
                 self.emit(Assign(Ref(c, [Slice(at, n, 1)]), flat, loc=self.loc))
@@ -517,7 +584,7 @@ class ExprLowering:
         C order, as axes run reversed)."""
         if len(e.shape) <= 1:
             return e
-        from ...ir.core import Call, Ref
+        from ...ir.core import Call
         e = self.whole(e)
         if e.ref.perm is not None or not e.ref.is_whole():
             e = self.materialize(e, "t")

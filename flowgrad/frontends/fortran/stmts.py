@@ -125,7 +125,11 @@ class StmtLowering:
         return self.lookup(name, create=False) is None
 
     def assign(self, lhs, rhs, mask=None):
-        kind, target = self.designate(lhs)
+        kind, target = self.designate(lhs, write=True)
+        if kind == "vector":
+            if self.where_masks() is not None:
+                raise unsupported(self.loc, "vector-subscripted assignment inside WHERE", "use a DO loop")
+            return self.scatter(*target, self.value(rhs))
         if kind == "value":
             raise unsupported(self.loc, f"assignment to {lhs}, which is not a variable",
                               "a PARAMETER or an expression cannot be assigned")
