@@ -1070,3 +1070,11 @@ def test_preprocessed_fixed_form_with_gfortran_or_cpp(tmp_path, monkeypatch):
     monkeypatch.setattr(source.shutil, "which", lambda n: None)
     with pytest.raises(flowgrad.FlowgradError, match="needs gfortran or cpp"):
         flowgrad.from_fortran(str(path), "scal")
+
+
+def test_arrays_of_derived_types_are_refused():
+    import flowgrad
+    src = ("subroutine s(x)\n  real(8), intent(inout) :: x\n  type pt\n    real(8) :: v\n  end type\n"
+           "  type(pt) :: arr(3)\n  arr%v = x\n  x = arr(1)%v\nend subroutine\n")
+    with pytest.raises(flowgrad.UnsupportedError, match="array of derived type"):
+        fortran(src, "s")(1.0, backend="numpy")

@@ -451,6 +451,9 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
 
     def record(self, scope, name, tspec, d, make_field=None):
         """A derived-type variable: its components are made on first use (``ensure_field``)."""
+        if d is not None and d.dims is not None:
+            raise unsupported(self.loc, f"array of derived type TYPE({tspec.derived}) {name}",
+                              "use a derived type whose components are arrays")
         owner, tdef = self.typedef(scope, tspec.derived)
         comps = _components(self, owner, tdef)
         var = Var(name, tspec, fields={c: None for c in comps}, decl=d)
