@@ -10,6 +10,7 @@
 from .api import explain, grad, jit, value_and_grad, vjp
 from .autodiff.rules import coverage
 from .errors import FlowgradError, InputError, UnsupportedError
+from . import linalg_ops  # noqa: F401 - registers the matrix decompositions' Call ops
 from . import nn_ops  # noqa: F401 - registers the neural-network Call ops
 from .frontends.fortran import from_fortran
 from .frontends.onnx import from_onnx

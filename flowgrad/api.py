@@ -11,11 +11,12 @@ import os
 
 import numpy as np
 
+from . import pytree
 from .autodiff.reverse import KEPT_OUTPUTS, build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
 from .backends import native as native_backend
 from .backends import numpy as numpy_backend
-from .errors import FlowgradError, InputError
+from .errors import FlowgradError, InputError, UnsupportedError
 from .frontends.python import capture
 from .passes.bounds import hoist_view_bounds
 from .passes.checks import insert_size_checks
@@ -37,7 +38,11 @@ BACKENDS = ("numpy", "native") if native_backend.available() else ("numpy",)
 DEFAULT_BACKEND = "native" if "native" in BACKENDS else "numpy"
 
 
-def _arg_key(value, name):
+def _arg_key(value, name, objects=False):
+    """How an argument takes part in the signature a capture is cached under."""
+    if pytree.is_node(value, objects):
+        leaves, tree = pytree.flatten(value, objects=objects)
+        return ("tree", tree.key(), tuple(_arg_key(v, p) for v, p in zip(leaves, tree.paths(name))))
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise InputError(f"argument {name!r} has dtype {value.dtype}; flowgrad differentiates real "
@@ -51,8 +56,6 @@ def _arg_key(value, name):
         return ("float", np.dtype(type(value)).str if isinstance(value, np.floating) else "f8")
     if isinstance(value, (complex, np.complexfloating)):
         raise InputError(f"argument {name!r} is complex; complex dtype is not supported")
-    if isinstance(value, (list, tuple)):
-        raise InputError(f"argument {name!r} is a {type(value).__name__}; pass a NumPy array")
     try:
         hash(value)
         return ("object", value)
@@ -60,11 +63,17 @@ def _arg_key(value, name):
         return ("object-id", id(value))
 
 
+def _is_float_leaf(v):
+    return isinstance(v, (float, np.floating)) or isinstance(v, np.ndarray) and v.dtype.kind == "f"
+
+
 class _Compiled:
     """One captured and compiled specialisation."""
 
     def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None):
-        cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else capture(fn, args)
+        cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else \
+            capture(fn, args, object_args=wrt_spec)
+        self.layout = cap.result_layout
         self.cap = cap
         name = cap.name
         containers = cap.containers
@@ -105,14 +114,25 @@ class _Compiled:
                 self.func = numpy_backend.compile_source(self.src, name, f"<flowgrad {name}>")
             self.backward_text = ""
             return
+        # which of the gradients each wrt argument gets: one, or one per float leaf of a pytree
+        self.wrt, self.wrt_layout = [], []
         for w in wrt_spec:
+            leaves = cap.arg_leaves.get(w)
+            if leaves is not None:
+                picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind == "f"]
+                if not picks:
+                    raise InputError(f"wrt argument {w!r} holds no float arrays or floats to differentiate")
+                self.wrt_layout.append([(k, len(self.wrt) + j) for j, (k, _) in enumerate(picks)])
+                self.wrt += [c for _, c in picks]
+                continue
             c = cap.arg_containers.get(w)
             if c is None:
                 raise InputError(f"wrt argument {w!r} is not a float array or scalar argument")
             if c.dtype.kind != "f":
                 raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float arguments can be "
                                  "differentiated")
-        self.wrt = [cap.arg_containers[w] for w in wrt_spec]
+            self.wrt_layout.append(None)
+            self.wrt.append(c)
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
         outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
         gp, live = self.gp, set()
@@ -226,7 +246,14 @@ def _native_vjp(grad_fn, cotangent, wrt):
 class _Transform:
     """Shared machinery of grad/vjp/jit: signature checks, caching, introspection."""
 
+    _flowgrad_transform = True      # what the frontend recognises a transform called in captured code by
+
     def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None):
+        if getattr(fn, "_flowgrad_transform", False):
+            raise UnsupportedError(f"unsupported nesting of flowgrad transforms ({type(self).__name__} of "
+                                   f"{type(fn).__name__}({fn.__name__})): higher-order derivatives are not "
+                                   "supported yet; differentiate the original function once, or write the first "
+                                   "derivative out as a NumPy function")
         self.memory_budget = parse_bytes(memory_budget)
         if strategy is None:
             strategy = "store_all" if self.memory_budget is None else "ilp"
@@ -274,17 +301,12 @@ class _Transform:
                                      f"its arguments are: {', '.join(self.params)}")
                 names.append(w)
             else:
-                raise InputError(f"wrt entries must be argument names or positions, not {w!r}")
+                raise InputError(f"wrt entries must be argument names or positions, not {w!r} (wrt={wrt!r}; "
+                                 f"{self.__name__} takes {', '.join(self.params)}): pass wrt='name', wrt=0 or a "
+                                 "tuple of them")
         arguments = self.bind(args) if arguments is None else arguments
         for n in names:
-            v = arguments[n]
-            if isinstance(v, (bool, np.bool_)) or isinstance(v, (int, np.integer)) or \
-                    isinstance(v, np.ndarray) and v.dtype.kind != "f":
-                raise InputError(f"wrt argument {n!r} is an integer or boolean; only float arguments can be "
-                                 "differentiated")
-            if not isinstance(v, (float, np.floating, np.ndarray)):
-                raise InputError(f"wrt argument {n!r} is a {type(v).__name__}; only float arrays and float "
-                                 "scalars can be differentiated")
+            _check_wrt_value(n, arguments[n])
         return tuple(names), single
 
     def planned(self, args, entry=None):
@@ -312,9 +334,10 @@ class _Transform:
 
     def cache_key(self, args, arguments=None):
         arguments = self.bind(args) if arguments is None else arguments
-        key = [tuple(_arg_key(v, n) for n, v in arguments.items())]
+        wrt = self.wrt_names(args, arguments)[0] if self.mode != "forward" else ()
+        key = [tuple(_arg_key(v, n, n in wrt) for n, v in arguments.items())]
         if self.mode != "forward":
-            key.append(self.wrt_names(args, arguments)[0])
+            key.append(wrt)
         return tuple(key)
 
     def compiled(self, args, arguments=None):
@@ -355,6 +378,38 @@ class _Transform:
         return self.compiled(args).ir_text()
 
 
+_EXPECTED = ("expected a float array, a float, or a tuple, list, dict, NamedTuple, dataclass or object holding "
+             "them")
+
+
+def _check_wrt_value(name, v):
+    """An InputError unless argument ``name``'s value ``v`` can be differentiated."""
+    if isinstance(v, (bool, np.bool_)):
+        raise InputError(f"wrt argument {name!r} is a bool; only float arguments can be differentiated "
+                         f"({_EXPECTED})")
+    if isinstance(v, (int, np.integer)):
+        raise InputError(f"wrt argument {name!r} is an integer ({v!r}); only float arguments can be differentiated: "
+                         f"pass {float(v)!r} ({_EXPECTED})")
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind != "f":
+            kind = "an integer or boolean" if v.dtype.kind in "biu" else f"a {v.dtype}"
+            raise InputError(f"wrt argument {name!r} is {kind} array (dtype {v.dtype}, shape {v.shape}); only "
+                             f"float arrays can be differentiated: pass {name}.astype(np.float64)")
+        return
+    if isinstance(v, (float, np.floating)):
+        return
+    if pytree.is_node(v, objects=True):
+        try:
+            leaves, _ = pytree.flatten(v, objects=True)
+        except ValueError as exc:
+            raise InputError(f"wrt argument {name!r}: {exc}") from None
+        if not any(_is_float_leaf(x) for x in leaves):
+            raise InputError(f"wrt argument {name!r} is a {type(v).__name__} holding no float arrays or floats "
+                             f"({_EXPECTED})")
+        return
+    raise InputError(f"wrt argument {name!r} is a {type(v).__name__}; {_EXPECTED}")
+
+
 def _copy_in(args):
     """Values for the generated code (it copies arrays itself; scalars are immutable)."""
     return args
@@ -364,22 +419,59 @@ def _run_vjp(entry, args, ckpt_values=None):
     return entry.func(*entry.call_args(args, ckpt_values))
 
 
-def _format_grads(grads, wrt, single, args_by_name):
-    out = []
-    for g, name in zip(grads, wrt):
-        v = args_by_name[name]
+def _format_grads(entry, grads, wrt, single, args_by_name):
+    """The gradients as the caller gets them: one per ``wrt`` argument, a pytree argument's as a
+    tree of its structure (integer leaves get zeros, static leaves stay as they are)."""
+    out, arrays = [], []
+
+    def leaf(g, v):
         if isinstance(v, np.ndarray):
             g = np.asarray(g, dtype=v.dtype).reshape(v.shape)
-            if any(isinstance(h, np.ndarray) and np.may_share_memory(g, h) for h in out):
+            if any(np.may_share_memory(g, h) for h in arrays):
                 g = g.copy()                # a wrt named twice gets arrays of its own
-            out.append(g)
-        else:
-            out.append(float(g))
+            arrays.append(g)
+            return g
+        return float(g)
+
+    pos = 0
+    for name, picks in zip(wrt, entry.wrt_layout):
+        v = args_by_name[name]
+        if picks is None:
+            out.append(leaf(grads[pos], v))
+            pos += 1
+            continue
+        leaves, tree = pytree.flatten(v, objects=True)
+        new = [_zero_like(x) for x in leaves]
+        for k, at in picks:
+            new[k] = leaf(grads[at], leaves[k])
+        pos += len(picks)
+        out.append(tree.unflatten(new))
     return out[0] if single else tuple(out)
+
+
+def _zero_like(v):
+    if isinstance(v, np.ndarray):
+        return np.zeros_like(v)
+    if isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)):
+        return type(v)(0)
+    return v
+
+
+def _unpack_result(entry, out):
+    """The caller's result from the program's (a pytree result rebuilt; a 0-d one as NumPy's scalar)."""
+    layout = entry.layout
+    if layout is not None and layout.packed:
+        return layout.unpack(out)
+    if entry.result.ndim == 0 and not isinstance(out, np.ndarray):
+        out = entry.result.dtype.type(out)       # NumPy's scalar type (np.float32 for float32)
+    return out if layout is None else layout.unpack(out)
 
 
 def _scalar_result(entry, name):
     r = entry.result
+    if entry.layout is not None:
+        raise InputError(f"grad of {name} requires a float scalar result, but it returns a "
+                         f"{entry.layout.tree.kind}; use flowgrad.vjp for tuple, list and dict results")
     if r.ndim != 0 or r.dtype.kind != "f":
         kind = f"an array of shape {tuple(getattr(d, 'value', d) for d in r.shape)}" if r.ndim else \
             f"a {r.dtype} scalar"
@@ -415,7 +507,7 @@ class value_and_grad(_Transform):
         wrt, single = self.wrt_names(args, arguments)
         value, pullback = _run_vjp(entry, args, ckpt)
         grads = pullback(1.0)
-        return float(value), _format_grads(grads, wrt, single, arguments)
+        return float(value), _format_grads(entry, grads, wrt, single, arguments)
 
 
 class grad(value_and_grad):
@@ -447,13 +539,16 @@ def vjp(fn, *args, wrt=None, backend=None):
     """Run ``fn(*args)`` and return ``(result, pullback)``.
 
     Args:
-      fn: a Python function using NumPy; its result may be an array or a scalar.
-      *args: the arguments.
-      wrt: names or positions to differentiate (default: every float argument).
+      fn: a Python function using NumPy; its result may be an array, a scalar, or a tuple, list
+        or dict of them (a pytree).
+      *args: the arguments (arrays, numbers, or pytrees of them).
+      wrt: names or positions to differentiate (default: every argument that is, or holds, a
+        float array or a float).
 
     Returns:
-      ``(result, pullback)``; ``pullback(cotangent)`` returns a tuple with one gradient per
-      ``wrt`` entry: the vector-Jacobian product ``cotangent^T J``.
+      ``(result, pullback)``; ``pullback(cotangent)`` (a cotangent of the result's structure)
+      returns a tuple with one gradient per ``wrt`` entry, the vector-Jacobian product
+      ``cotangent^T J``; a pytree argument's gradient has its structure.
 
     Example:
       >>> out, pull = flowgrad.vjp(f, A, wrt="A")                  # doctest: +SKIP
@@ -461,25 +556,29 @@ def vjp(fn, *args, wrt=None, backend=None):
     """
     if hasattr(fn, "_flowgrad_vjp"):      # a program object (from_torch, from_onnx) has its own convention
         return fn._flowgrad_vjp(args, wrt=wrt, backend=backend)
+    if getattr(fn, "_flowgrad_transform", False):
+        _Transform(fn, (), backend or DEFAULT_BACKEND, "reverse")          # raises: nesting
     if wrt is None:
         bound = inspect.signature(fn).bind(*args)
         bound.apply_defaults()
         wrt = tuple(n for n, v in bound.arguments.items()
-                    if isinstance(v, (float, np.floating)) or isinstance(v, np.ndarray) and v.dtype.kind == "f")
+                    if _is_float_leaf(v) or pytree.is_node(v) and any(_is_float_leaf(x) for x in pytree.flatten(v)[0]))
     elif not isinstance(wrt, (tuple, list)):
         wrt = (wrt,)
     t = _Transform(fn, tuple(wrt), backend or DEFAULT_BACKEND, "reverse")
     # the pullback differentiates at these values, whatever the caller does to its arrays after
-    args = tuple(np.array(a) if isinstance(a, np.ndarray) else a for a in args)
-    entry = t.compiled(args)
     names, _ = t.wrt_names(args)
+    args = tuple(_copy_arrays(a, n in names) for a, n in zip(args, t.params))
+    entry = t.compiled(args)
     value, pull = _run_vjp(entry, args)
-    bound = inspect.signature(fn).bind(*args)
-    bound.apply_defaults()
+    bound = t.bind(args)
     used = [False]
-    shape = tuple(getattr(d, "value", None) for d in entry.result.shape)
+    layout = entry.layout
+    result = _unpack_result(entry, value) if layout is not None else value
 
     def pullback(cotangent):
+        if layout is not None:
+            cotangent = layout.pack_cotangent(cotangent, value)
         ct = np.asarray(cotangent, dtype=entry.result.dtype if entry.result.dtype.kind == "f" else np.float64)
         want = np.shape(value)
         if ct.shape != want:
@@ -490,10 +589,19 @@ def vjp(fn, *args, wrt=None, backend=None):
         else:
             used[0] = True
             grads = pull(ct if ct.ndim else ct.item())
-        return tuple(_format_grads(grads, names, False, bound.arguments))
+        return tuple(_format_grads(entry, grads, names, False, bound))
 
-    del shape
-    return value, pullback
+    return result, pullback
+
+
+def _copy_arrays(value, objects):
+    """``value`` with its arrays (a pytree's too) copied."""
+    if isinstance(value, np.ndarray):
+        return np.array(value)
+    if pytree.is_node(value, objects):
+        leaves, tree = pytree.flatten(value, objects=objects)
+        return tree.unflatten([np.array(v) if isinstance(v, np.ndarray) else v for v in leaves])
+    return value
 
 
 class jit(_Transform):
@@ -512,9 +620,7 @@ class jit(_Transform):
         out = entry.func(*entry.call_args(args))
         if hasattr(self.fn, "_flowgrad_result"):     # a program object unpacks its own results
             return self.fn._flowgrad_result(entry.cap, out)
-        if entry.result.ndim == 0 and not isinstance(out, np.ndarray):
-            out = entry.result.dtype.type(out)       # NumPy's scalar type (np.float32 for float32)
-        return out
+        return _unpack_result(entry, out)
 
 
 __all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "FlowgradError"]

@@ -339,6 +339,16 @@ def _vjp_mask_scatter(ctx, call, gouts):
     return [Call("mask_gather", [Read(Ref(gouts[0])), m], [t]), clear] + ctx.accumulate(v, Read(Ref(t)))
 
 
+def _vjp_bincount(ctx, call, gouts):
+    """``out[x[i]] += w[i]``: each weight's adjoint is the adjoint of its bin (a gather)."""
+    x, *weights = call.inputs
+    if not weights:
+        return []
+    t = ctx.temp(x.shape, weights[0].dtype, "gbin")
+    return [Call("gather", [Read(Ref(gouts[0])), x], [t], {"spec": (("array",),)})] + \
+        ctx.accumulate(weights[0], Read(Ref(t)))
+
+
 def _vjp_sum_to(ctx, call, gouts):
     (x,), (g,) = call.inputs, gouts
     return ctx.accumulate(x, Read(Ref(g)), call.attrs["full"])
@@ -440,6 +450,10 @@ CALLS = {
                              doc="boolean-mask write y[m] = v"),
     "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", inplace=True,
                          doc="boolean-mask accumulate y[m] += v"),
+    "bincount": CallRule(lambda i, a: f"np.bincount({i[0]}, {i[1] if len(i) > 1 else None}, minlength={a['length']})",
+                         _vjp_bincount, flops=lambda call, size: size(call.inputs[0].shape),
+                         doc="np.bincount(x, weights): the number (total weight) of each value of x; the "
+                             "output's length (at least max(x) + 1) is an attribute"),
     "trip_count": CallRule(lambda i, a: f"len(range({i[0]}, {i[1]}, {i[2]}))", doc="iterations of a range"),
     "ckpt_slots": CallRule(lambda i, a: f"_ckpt.slots({i[0]}, {i[1]}, {i[2]})",
                            doc="snapshot slots a loop checkpoint schedule needs"),

@@ -430,8 +430,11 @@ def _lower_einsum_vjp(low, s, ind):
     c = _out(low, s, ind)
     spec, k = s.attrs["subscripts"], s.attrs["k"]
     g, ops = s.inputs[0], list(s.inputs[1:])
-    names, inner = low.nest(c.shape, ind, "z")
-    low.line(f"{c.name}[{', '.join(names)}] = 0", inner)
+    if c.ndim:
+        names, inner = low.nest(c.shape, ind, "z")
+        low.line(f"{c.name}[{', '.join(names)}] = 0", inner)
+    else:                         # the adjoint of a 0-d operand (``np.einsum('i,->i', x, s)``)
+        low.line(f"{c.name} = 0.0", ind)
     ins, out = spec.split("->")
     terms = ins.split(",")
     full = ",".join(terms + [out]) + "->" + out
@@ -439,7 +442,7 @@ def _lower_einsum_vjp(low, s, ind):
     def body(name, _terms, _out, inner):
         factors = [_operand_elem(low, g, out, name)] if out else [low.src(g)]
         factors += [_operand_elem(low, o, t, name) for j, (o, t) in enumerate(zip(ops, terms)) if j != k]
-        target = f"{c.name}[{', '.join(name[ch] for ch in terms[k])}]"
+        target = f"{c.name}[{', '.join(name[ch] for ch in terms[k])}]" if c.ndim else c.name
         low.line(f"{target} += {' * '.join(factors)}", inner)
     _einsum_loops(low, full, ops + [g], body, ind)
 
@@ -636,6 +639,20 @@ def _lower_sum_to(low, s, ind):
                 reduced={k for k in range(len(full)) if k not in kept})
 
 
+def _lower_bincount(low, s, ind):
+    """A pass over ``x`` adding each weight (or 1) into its bin, as NumPy refusing negative values."""
+    x, weights = s.inputs[0], s.inputs[1:]
+    c = _out(low, s, ind)
+    names, inner = low.nest(c.shape, ind, "z")
+    low.line(f"{c.name}[{names[0]}] = 0", inner)
+    names, inner = low.nest(x.shape, ind)
+    at = low.fresh("bin")
+    low.line(f"{at} = {low.elem(x, names, x.shape)}", inner)
+    low.line(f"if {at} < 0:", inner)
+    low.line("raise ValueError(\"'list' argument must have no negative elements\")", inner + 1)
+    low.line(f"{c.name}[{at}] += {low.elem(weights[0], names, x.shape) if weights else '1'}", inner)
+
+
 def _lower_trip_count(low, s, ind):
     start, stop, step = (low.src(e) for e in s.inputs)
     low.line(f"{s.outputs[0].name} = _rt.trip_count({start}, {stop}, {step})", ind)
@@ -684,5 +701,5 @@ CALL_LOWERING = {
     "slogdet": _lower_linalg, "cholesky": _lower_linalg,
     "gather": _lower_gather, "gather_last": _lower_gather_last, "add_at": _lower_add_at,
     "scatter": _lower_scatter, "mask_gather": _lower_mask("gather"), "mask_scatter": _lower_mask("scatter"),
-    "mask_add": _lower_mask("add"), "sum_to": _lower_sum_to,
+    "mask_add": _lower_mask("add"), "sum_to": _lower_sum_to, "bincount": _lower_bincount,
 }

@@ -109,9 +109,9 @@ def _runtime_digest() -> str:
     """A hash of the runtime modules the generated code calls. Numba's cached machine code of a
     generated function holds the runtime's functions compiled into it (the element functions are
     instructions of its loops), so a changed runtime must not reuse it."""
-    from . import native_math, native_runtime
+    from . import linalg_runtime, native_linalg, native_math, native_runtime
     digest = hashlib.sha256()
-    for module in (native_runtime, native_math):
+    for module in (native_runtime, native_math, native_linalg, linalg_runtime):
         with open(module.__file__, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()

@@ -8,6 +8,7 @@ import warnings
 import numba
 import numpy as np
 
+from . import native_linalg as linalg  # noqa: F401 (for generated code: _rt.linalg.<name>)
 from .native_math import arctan2_64, arctan64, cos64, exp64, log64, sin64, tanh64  # noqa: F401 (for generated code)
 
 # Numba flags ``vector_math``'s object-mode block when a caller's compilation releases the GIL;

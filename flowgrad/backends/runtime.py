@@ -7,6 +7,8 @@ import numpy as np
 import scipy.linalg
 import scipy.special
 
+from . import linalg_runtime as linalg  # noqa: F401 (for generated code: _rt.linalg.<name>)
+
 
 def gammaln(x):
     return scipy.special.gammaln(x)

@@ -18,25 +18,9 @@ import numpy as np
 from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, CASTS, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads,
                        op, same_expr, same_ref, scalar, stmt_writes, walk)
-from . import indexing
-
-
-class Restart(Exception):
-    """Capture must start again (a scalar's dtype widened, or facts a proof relied on do not hold)."""
-
-
-class Escape:
-    """What a compiled statement may do to the rest of its block: break/continue/return."""
-
-    def __init__(self, flags=(), dead=False):
-        self.flags = list(flags)   # containers that, when set, skip the rest of the block
-        self.dead = dead           # the rest of the block can never run
-
-
-class LoopCtx:
-    def __init__(self):
-        self.brk = None      # bool container, created on the first break/return inside
-        self.cont = None
+from . import indexing, pytrees, pyvalues
+from .control import Escape, LoopCtx, Restart, Scope, same_binding
+from .pybuiltins import FUNCTIONS as BUILTINS, sequence
 
 
 class LoopStatements:
@@ -50,17 +34,28 @@ class LoopStatements:
         loc = frame.loc(node)
         if node.orelse:
             raise unsupported(loc, "for-else", "use a flag variable")
-        if not isinstance(node.target, ast.Name):
-            raise unsupported(loc, "for loop with a tuple target", "loop over range(...) and index arrays")
-        start, stop, step, reverse, element_of = self.loop_range(node.iter, frame, loc)
-        name = node.target.id
-        var = self.container(name if element_of is None else "i_" + name, I64, ())
+        key = (frame.fn, node.lineno, node.col_offset)
+        plan = self.loop_plan(node.iter, frame, loc)
+        if plan[0] == "items":
+            return self.for_sequence(node, frame, plan[1], loc)
+        if ("unroll",) + key in self.hints:        # its body grows a Python list: one pass at a time
+            return self.for_sequence(node, frame, _passes(plan), loc)
+        if plan[0] == "range":
+            _, start, stop, step, reverse = plan
+            element = None
+        else:
+            _, length, element = plan
+            start, stop, step, reverse = 0, length, 1, False
+        if element is None and not isinstance(node.target, ast.Name):
+            raise unsupported(loc, "unpacking an integer of range() in a for statement", "loop over range(...)")
+        name = node.target.id if isinstance(node.target, ast.Name) else None
+        var = self.container(name if element is None else "i_" + (name or "item"), I64, ())
         prev, prev_owned = frame.env.get(name), frame.owned.get(name)
         # Python's name is not the loop's counter: where the body rebinds it, or a break leaves
         # it at the value it had then, it lives in a scalar of its own, which keeps its earlier
         # value when the loop does not run
         held = None
-        if element_of is None and (name in _assigned_names(node.body) or _breaks(node.body)):
+        if element is None and (name in _assigned_names(node.body) or _breaks(node.body)):
             held = self.container(name, I64, ())
             if _is_int_value(prev):
                 self.emit(Assign(Ref(held, ()), self.to_expr(prev, loc), loc=loc))
@@ -70,19 +65,21 @@ class LoopStatements:
                 self.emit(Assign(Ref(held, ()), scalar(var), loc=loc))
                 self.facts.define(held, scalar(var))
                 frame.owned[name], frame.env[name] = held, scalar(held)
-            elif element_of is None:
+            elif element is None:
                 self.bind_loop_var(name, var, frame)
             else:
-                self.bind(name, indexing.getitem(self, element_of, (scalar(var),), loc), frame, loc)
+                self.assign(node.target, element(scalar(var)), frame, node)
         bounds = [self.to_expr(b, loc) for b in (start, stop, step)]
         before = dict(frame.env)
         entry = []
         hoist = ("hoisted checks", frame.fn, node.lineno, node.col_offset)
+        scope = dict(kind="for", key=key, trips=_trip_count(*bounds), vars=[v for v in (var, held) if v is not None])
 
         def enter():
             entry.append(self.facts.enter_loop(var, *bounds, hoist=hoist not in self.hints))
             return entry[-1]
-        stmts, esc, ctx = self.under_facts("loop", node, frame, enter, lambda: self.loop_body(node, frame, body_setup))
+        stmts, esc, ctx = self.under_facts("loop", node, frame, enter,
+                                           lambda: self.loop_body(node, frame, body_setup, scope=scope))
         checks = entry[-1].get("checks", []) if entry else []
         if checks:
             # moved ahead of the loop: right only if every pass runs the code that indexes, with
@@ -105,7 +102,7 @@ class LoopStatements:
         sign = op("sign", by) if k is None else (1 if k > 0 else -1)
         trips = op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
         self.keep_if_no_pass(frame, before, op("greater", trips, 0), loc)
-        if element_of is None and held is None:
+        if element is None and held is None:
             # after the loop the name holds the last value it took, or its earlier one
             last = begin if reverse else begin + (trips - 1) * by
             if _is_int_value(prev):
@@ -180,33 +177,71 @@ class LoopStatements:
         frame.owned[name] = var
         frame.env[name] = scalar(var)
 
-    def loop_range(self, it, frame, loc):
+    def loop_plan(self, it, frame, loc):
+        """What a ``for`` statement iterates over: ``("range", start, stop, step, reverse)``,
+        ``("elements", length, element)`` (run-time: ``element(k)`` is pass ``k``'s value, for arrays
+        and ``enumerate``/``zip`` of arrays and ranges) or ``("items", values)`` (a Python sequence
+        known at capture, unrolled)."""
         reverse = False
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "reversed" \
-                and self.lookup("reversed", frame, it) is builtins.reversed:
-            reverse = True
-            it = it.args[0]
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
-                and self.lookup("range", frame, it) is builtins.range:
-            if it.keywords or not 1 <= len(it.args) <= 3:
-                raise unsupported(loc, "range() form", "use range(stop), range(start, stop[, step])")
-            vals = [self.eval(a, frame) for a in it.args]
-            for v in vals:
-                if not (isinstance(v, (int, np.integer)) or isinstance(v, Expr) and v.shape == ()
-                        and v.dtype.kind in "iu"):
-                    raise unsupported(loc, "range() with a non-integer bound", "pass integers to range")
-            if len(vals) == 1:
-                vals = [0] + vals
-            if len(vals) == 2:
-                vals.append(1)
-            if const_value(self.to_expr(vals[2])) == 0:
-                raise FlowgradError(f"{loc}: range() step must not be zero")
-            return vals[0], vals[1], vals[2], reverse, None
+        if _is_builtin_call(self, it, frame, "reversed"):
+            inner = it.args[0] if len(it.args) == 1 else None
+            if inner is not None and _is_builtin_call(self, inner, frame, "range"):
+                return ("range",) + self.range_bounds(inner, frame, loc).bounds + (True,)
+        if _is_builtin_call(self, it, frame, "range"):
+            return ("range",) + self.range_bounds(it, frame, loc).bounds + (reverse,)
+        for word in ("enumerate", "zip"):
+            if _is_builtin_call(self, it, frame, word) and not any(isinstance(a, ast.Starred) for a in it.args):
+                parts = [self.range_bounds(a, frame, loc) if _is_builtin_call(self, a, frame, "range")
+                         else self.eval(a, frame) for a in it.args]
+                kwargs = {k.arg: self.eval(k.value, frame) for k in it.keywords}
+                runtime = all(isinstance(p, _Range) or isinstance(p, Expr) and p.shape
+                              for p in parts[:1 if word == "enumerate" else None])
+                if runtime and parts:
+                    return self.runtime_elements(word, parts, kwargs, loc)
+                values = [p.python(loc) if isinstance(p, _Range) else p for p in parts]
+                return ("items", BUILTINS[getattr(builtins, word)](self, loc, *values, **kwargs))
         seq = self.eval(it, frame)
         if isinstance(seq, Expr) and seq.shape:
-            return 0, seq.shape[0], 1, reverse, seq
-        raise unsupported(loc, "for loop over this iterable",
-                          "loop over range(...) (enumerate, zip and lists are not supported)")
+            return ("elements", seq.shape[0], lambda k: indexing.getitem(self, seq, (k,), loc))
+        return ("items", sequence(self, seq, loc, "a for loop"))
+
+    def range_bounds(self, it, frame, loc):
+        """The bounds of a ``range(...)`` call (Python ints or run-time scalars), as a ``_Range``."""
+        if it.keywords or not 1 <= len(it.args) <= 3:
+            raise unsupported(loc, "range() form", "use range(stop), range(start, stop[, step])")
+        vals = [self.eval(a, frame) for a in it.args]
+        for v in vals:
+            if not (isinstance(v, (int, np.integer)) or isinstance(v, Expr) and v.shape == ()
+                    and v.dtype.kind in "iu"):
+                raise unsupported(loc, "range() with a non-integer bound", "pass integers to range")
+        if len(vals) == 1:
+            vals = [0] + vals
+        if len(vals) == 2:
+            vals.append(1)
+        if const_value(self.to_expr(vals[2])) == 0:
+            raise FlowgradError(f"{loc}: range() step must not be zero")
+        return _Range(*vals)
+
+    def runtime_elements(self, word, parts, kwargs, loc):
+        """The ``("elements", ...)`` plan of ``enumerate``/``zip`` over arrays and ranges."""
+        start = kwargs.get("start", 0)
+        if word == "enumerate" and (len(parts) != 1 or isinstance(start, Expr)):
+            raise unsupported(loc, "this enumerate() form", "use enumerate(x) or enumerate(x, start) with a constant")
+        lengths, pickers = [], []
+        for p in parts:
+            if isinstance(p, _Range):
+                a, b, by = (self.to_expr(x, loc) for x in p.bounds)
+                lengths.append(_trips(a, b, by))
+                pickers.append(lambda k, a=a, by=by: a + k * by)
+            else:
+                lengths.append(p.shape[0])
+                pickers.append(lambda k, p=p: indexing.getitem(self, p, (k,), loc))
+        length = lengths[0]
+        for n in lengths[1:]:
+            length = op("minimum", length, n)
+        if word == "enumerate":
+            return ("elements", length, lambda k: (op("add", k, start) if start else k, pickers[0](k)))
+        return ("elements", length, lambda k: tuple(pick(k) for pick in pickers))
 
     def hoist_bounds(self, bounds, body, loc):
         """Loop bounds are evaluated once, before the loop: copy any the body may change."""
@@ -219,7 +254,7 @@ class LoopStatements:
             out.append(e)
         return out
 
-    def loop_body(self, node, frame, setup, extra_tail=None):
+    def loop_body(self, node, frame, setup, extra_tail=None, scope=None):
         """Compile a loop body, reconciling names it rebinds so every iteration runs the same code.
 
         A name the body reads and then rebinds (``x = f(x)``, ``u, v = v, u``) is loop-carried:
@@ -239,6 +274,8 @@ class LoopStatements:
             outer_log = self.reads_log
             self.reads_log = (frame, {})
             self.loop_reads.append(set())
+            here = Scope(self.out[-1], frame, loc=frame.loc(node), **(scope or {"kind": "while"}))
+            self.rt_scopes.append(here)
             try:
                 def run():
                     setup()
@@ -248,6 +285,7 @@ class LoopStatements:
                     return esc
                 stmts, esc = self.collect(run)
             finally:
+                self.rt_scopes.pop()
                 frame.loops.pop()
                 self.loop_reads.pop()
                 log = self.reads_log[1]
@@ -256,7 +294,7 @@ class LoopStatements:
                 for k, v in log.items():
                     if env0.get(k) is v:
                         outer_log[1].setdefault(k, v)
-            fix = self.reconcile(frame, env0, owned0, log, stmts, frame.loc(node))
+            fix = self.reconcile(frame, env0, owned0, log, stmts, frame.loc(node), here)
             if not fix:
                 if ctx.cont is not None:
                     stmts.insert(0, Assign(Ref(ctx.cont, ()), Const(False), loc=frame.loc(node)))
@@ -264,6 +302,9 @@ class LoopStatements:
             frame.env, frame.owned = env0, owned0
             for name in fix:
                 v = frame.env[name]
+                if pytrees.is_container(v):
+                    frame.env[name] = self.tree_storage(name, v, frame.loc(node))
+                    continue
                 wider = self.widen.pop(name, None)
                 frame.env[name] = self.materialize(v if wider is None else op(wider.name, self.to_expr(v)), name,
                                                    frame.loc(node))
@@ -278,12 +319,19 @@ class LoopStatements:
                           "(a scalar stays a scalar: start from np.zeros(shape) to accumulate arrays), "
                           "and a whole array rather than a view")
 
-    def reconcile(self, frame, env0, owned0, log, stmts, loc):
+    def reconcile(self, frame, env0, owned0, log, stmts, loc, loop=None):
         """Copy loop-carried rebinds back to their entry containers; returns names needing storage."""
-        carried = []
+        carried, trees = [], {}
         for name, v0 in env0.items():
             v1 = frame.env.get(name)
-            if _same_binding(v0, v1) and owned0.get(name) is frame.owned.get(name):
+            if same_binding(v0, v1) and owned0.get(name) is frame.owned.get(name):
+                continue
+            if pytrees.is_container(v0) or pytrees.is_container(v1):
+                leaves = self.carry_tree(name, v0, v1, loc, loop)
+                if leaves is None:
+                    return [name]
+                carried += leaves
+                trees[name] = v0
                 continue
             if name not in log or log[name] is not v0:
                 continue
@@ -309,9 +357,19 @@ class LoopStatements:
             return []
         # a name that shared its container with another one on entry (``y = x`` before the loop)
         # gets storage of its own before the loop: writing its new values back would change both
+        # (a caller's name counts too: ``u = u * 0.5`` in a helper's loop must not overwrite the
+        # caller's array ``u`` was bound to)
+        callers = [w for f in self.frames if f is not frame for w in f.env.values()]
         aliased = [n for n, v0, _ in carried if any(
             other != n and isinstance(w, Read) and w.ref.container is v0.ref.container
-            for other, w in env0.items())]
+            for other, w in env0.items()) or any(
+            isinstance(w, Read) and w.ref.container is v0.ref.container for w in callers)]
+        if aliased:
+            return aliased
+        # so does one a Python container holds (hist = [u] before the loop keeps the first u)
+        held = pyvalues.held_in_containers(self, {v0.ref.container for n, v0, _ in carried if isinstance(n, str)},
+                                           list(trees.values()))
+        aliased = [n for n, v0, _ in carried if isinstance(n, str) and v0.ref.container in held]
         if aliased:
             return aliased
         dests = {v0.ref.container for _, v0, _ in carried}
@@ -332,18 +390,24 @@ class LoopStatements:
             if v.ref.container in dests:
                 stmts.append(Assign(Ref(c := self.container(name, v.dtype, v.shape)), v, loc=loc))
                 frame.env[name] = Read(Ref(c))
+        if trees:
+            pyvalues.copy_views_of(self, dests, list(trees.values()), stmts, loc)
         staged = []
         for name, v0, e1 in carried:
             src_containers = {r.ref.container for r in _reads(e1)}
             if src_containers & dests:
-                t = self.container(name + "_next", v0.dtype, v0.ref.container.shape)
+                t = self.container((name if isinstance(name, str) else name[0]) + "_next", v0.dtype,
+                                   v0.ref.container.shape)
                 stmts.append(Assign(Ref(t), e1, loc=loc))
                 e1 = Read(Ref(t))
             staged.append((v0, e1))
         for v0, e1 in staged:
             stmts.append(Assign(v0.ref, e1, loc=loc))
-        for name, v0, e1 in carried:
+        for name, v0 in trees.items():
             frame.env[name] = v0
+        for name, v0, e1 in carried:
+            if not isinstance(name, tuple):
+                frame.env[name] = v0
             if isinstance(e1, Read) and e1.ref.is_whole() and e1.ref.container is not v0.ref.container:
                 # another name bound to the new value (``z = y`` after ``y = y + 1.0``) is the same
                 # array as the carried name, which is now that value's storage
@@ -351,6 +415,51 @@ class LoopStatements:
                     if other not in carried_names and isinstance(w, Read) and w.ref.container is e1.ref.container:
                         frame.env[other] = Read(Ref(v0.ref.container, w.ref.items, w.ref.perm))
         return []
+
+    def carry_tree(self, name, v0, v1, loc, loop):
+        """The leaves of Python container ``name`` that a loop body rebinds (``state = step(state)``)
+        as ``(key, storage, new value)`` to copy back at the end of each pass, like loop-carried
+        arrays; None where its leaves need storage of their own first (``tree_storage``). A
+        container of another structure, or one bound to something else, cannot be carried: the
+        loop is unrolled where capture may, else refused."""
+        if not (pytrees.is_container(v0) and pytrees.is_container(v1)) or \
+                pytrees.structure(self, v0, loc) != pytrees.structure(self, v1, loc):
+            pyvalues.unroll(self, loop, loc, f"rebinding {name!r} to Python values of different structures",
+                            fix=f"give {name!r} values of one structure (the same tuple, list or dict) on every pass")
+        l0, _ = pytrees.flatten_runtime(self, v0, loc)
+        l1, _ = pytrees.flatten_runtime(self, v1, loc)
+        out, seen = [], set()
+        for k, (a, b) in enumerate(zip(l0, l1)):
+            if same_binding(a, b):
+                continue
+            if not (isinstance(a, Read) and a.ref.is_whole() and a.ref.container in self.carry_storage) or \
+                    a.ref.container in seen:
+                return None
+            seen.add(a.ref.container)
+            e1 = self.to_expr(b, loc)
+            wider = np.result_type(a.dtype, e1.dtype)
+            if wider != a.dtype and wider.name in CASTS:
+                self.widen[(name, k)] = wider
+                return None
+            if len(e1.shape) != a.ref.container.ndim or any(
+                    const_value(x) is not None and const_value(y) is not None and const_value(x) != const_value(y)
+                    for x, y in zip(e1.shape, a.ref.container.shape)):
+                raise unsupported(loc, f"an array in {name!r} changing shape inside a loop",
+                                  "preallocate the array with its final shape and fill it in place")
+            out.append(((name, k), a, e1))
+        return out
+
+    def tree_storage(self, name, v, loc):
+        """``v`` rebuilt before a loop with each leaf copied into storage of its own (``carry_tree``)."""
+        leaves, tree = pytrees.flatten_runtime(self, v, loc)
+        new = []
+        for k, e in enumerate(leaves):
+            wider = self.widen.pop((name, k), None)
+            e = self.to_expr(e, loc)
+            r = self.materialize(e if wider is None else op(wider.name, e), name, loc)
+            self.carry_storage.add(r.ref.container)
+            new.append(r)
+        return pytrees.build_value(self, tree, new)
 
     def emit_loop_prologue(self, ctx, loc):
         if ctx.brk is not None:
@@ -401,6 +510,45 @@ class LoopStatements:
         return Escape([flag], dead=True)
 
 
+class _Range:
+    """The bounds of a ``range(...)`` in a ``for`` statement."""
+
+    def __init__(self, start, stop, step):
+        self.bounds = (start, stop, step)
+
+    def python(self, loc):
+        if any(isinstance(b, Expr) for b in self.bounds):
+            raise unsupported(loc, "range() of values known only at run time zipped with a Python list",
+                              "zip Python lists with ranges of constants, or loop over range() and index")
+        return range(*self.bounds)
+
+
+def _is_builtin_call(fe, node, frame, name):
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name \
+        and fe.lookup(name, frame, node) is getattr(builtins, name)
+
+
+def _trips(begin, end, by):
+    k = const_value(by)
+    sign = op("sign", by) if k is None else (1 if k > 0 else -1)
+    return op("maximum", 0, op("floor_divide", end - begin + by - sign, by))
+
+
+def _trip_count(begin, end, by):
+    """The number of passes of ``range(begin, end, by)`` where known at capture, else None."""
+    return const_value(_trips(begin, end, by))
+
+
+def _passes(plan):
+    """The Python values of the passes of a run-time loop plan known at capture (to unroll it)."""
+    if plan[0] == "range":
+        _, a, b, by, reverse = plan
+        r = range(*(const_value(x) if isinstance(x, Expr) else x for x in (a, b, by)))
+        return list(r)[::-1] if reverse else list(r)
+    _, length, element = plan
+    return [element(k) for k in range(const_value(length) if isinstance(length, Expr) else length)]
+
+
 def _breaks(stmts):
     """Whether a ``break`` in ``stmts`` ends their loop (not one of its inner loops)."""
     for node in stmts:
@@ -418,29 +566,26 @@ def _is_int_value(v):
         isinstance(v, Expr) and v.shape == () and v.dtype.kind in "iu"
 
 
+_OWN_SCOPES = (ast.FunctionDef, ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)
+
+
 def _assigned_names(stmts):
+    """The names ``stmts`` bind (not those bound inside nested functions or comprehensions)."""
     names = []
-    for node in stmts:
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                names.append(sub.id)
-            elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
-                names.append(sub.target.id)
+    todo = list(stmts)
+    while todo:
+        sub = todo.pop(0)
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+            names.append(sub.id)
+        elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
+            names.append(sub.target.id)
+        if isinstance(sub, ast.FunctionDef):
+            names.append(sub.name)
+        if isinstance(sub, _OWN_SCOPES):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
     return list(dict.fromkeys(names))
 
 
 def _reads(e):
     return list(iter_reads(e))
-
-
-def _same_binding(a, b):
-    if a is b:
-        return True
-    if isinstance(a, Read) and isinstance(b, Read):
-        return same_ref(a.ref, b.ref)
-    if isinstance(a, Expr) or isinstance(b, Expr):
-        return False
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and odd objects compare badly
-        return False

@@ -11,7 +11,7 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import (BOOL, CASTS, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref, Slice,
+from ..ir.core import (BOOL, CASTS, ELEMENTWISE, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref,
                        const_value, is_weak, op, same_expr, scalar)
 from . import indexing
 
@@ -309,6 +309,13 @@ def _maker(fill):
     return handler
 
 
+def _ndarray(fe, loc, shape, dtype=float, buffer=None, offset=0, strides=None, order=None):
+    """``np.ndarray(shape, dtype)``: an allocation, as ``np.empty``."""
+    if buffer is not None or strides is not None:
+        raise unsupported(loc, "np.ndarray(buffer=..., strides=...)", "allocate with np.empty and copy into it")
+    return _filled(fe, loc, shape, None, _dtype_arg(dtype))
+
+
 def _like_maker(fill):
     def handler(fe, loc, a, dtype=None, order="K", subok=True, shape=None):
         e = fe.to_expr(a, loc)
@@ -424,70 +431,6 @@ def _ravel(fe, loc, a, order="C"):
     for d in e.shape:
         size = size * d
     return _reshape(fe, loc, e, (size,))
-
-
-def stack_values(fe, values, axis, loc):
-    """np.stack: each value written into its slot of a fresh array."""
-    exprs = [fe.to_expr(v, loc) for v in values]
-    if not exprs:
-        raise FlowgradError(f"{loc}: cannot stack an empty sequence")
-    shape = exprs[0].shape
-    ndim = len(shape) + 1
-    axis = axis_index(axis, ndim, loc)
-    dt = np.result_type(*[e.dtype for e in exprs]) if any(not isinstance(e, Const) for e in exprs) else \
-        np.result_type(*[e.value for e in exprs])
-    out_shape = shape[:axis] + (Const(len(exprs)),) + shape[axis:]
-    c = fe.alloc("stack", dt, out_shape, loc, covered=True)
-    for k, e in enumerate(exprs):
-        idx = tuple([slice(None)] * axis + [k])
-        fe.emit(Assign(indexing.view(Ref(c), idx, loc), e, loc=loc))
-    return Read(Ref(c))
-
-
-def _stack(fe, loc, arrays, axis=0):
-    return stack_values(fe, list(arrays), axis, loc)
-
-
-def _concatenate(fe, loc, arrays, axis=0):
-    exprs = [fe.to_expr(a, loc) for a in arrays]
-    ndim = len(exprs[0].shape)
-    if axis is None:
-        exprs = [_ravel(fe, loc, e) for e in exprs]
-        axis, ndim = 0, 1
-    axis = axis_index(axis, ndim, loc)
-    for e in exprs:
-        if len(e.shape) != ndim or any(
-                k != axis and const_value(d) is not None and const_value(f) is not None and const_value(d) != const_value(f)
-                for k, (d, f) in enumerate(zip(e.shape, exprs[0].shape))):
-            raise FlowgradError(f"{loc}: all the input array dimensions except for the concatenation axis must "
-                                f"match exactly ({_shape_text(exprs[0])} and {_shape_text(e)}, axis {axis})")
-    total = Const(0)
-    for e in exprs:
-        total = total + e.shape[axis]
-    shape = exprs[0].shape[:axis] + (total,) + exprs[0].shape[axis + 1:]
-    c = fe.alloc("concat", np.result_type(*[e.dtype for e in exprs]), shape, loc, covered=True)
-    off = Const(0)
-    for e in exprs:
-        items = [Slice(0, d, 1) for d in shape]
-        items[axis] = Slice(off, e.shape[axis], 1)
-        fe.emit(Assign(Ref(c, items), e, loc=loc))
-        off = off + e.shape[axis]
-    return Read(Ref(c))
-
-
-def _shape_text(e):
-    return str(tuple(const_value(d) if const_value(d) is not None else "?" for d in e.shape))
-
-
-def _hstack(fe, loc, arrays):
-    exprs = [fe.to_expr(a, loc) for a in arrays]
-    return _concatenate(fe, loc, exprs, 0 if len(exprs[0].shape) == 1 else 1)
-
-
-def _vstack(fe, loc, arrays):
-    exprs = [fe.to_expr(a, loc) for a in arrays]
-    exprs = [indexing.getitem(fe, e, (None,), loc) if len(e.shape) == 1 else e for e in exprs]
-    return _concatenate(fe, loc, exprs, 0)
 
 
 def _flip(fe, loc, m, axis=None):
@@ -681,10 +624,9 @@ _FUNCTIONS = {
     np.amin: _reduction("min"), np.argmax: _reduction("argmax"), np.argmin: _reduction("argmin"),
     np.matmul: lambda fe, loc, a, b: matmul(fe, a, b, loc), np.dot: _dot, np.outer: _outer,
     np.einsum: _einsum, np.transpose: _transpose, np.swapaxes: _swapaxes, np.reshape: _reshape,
-    np.ravel: _ravel, np.stack: _stack, np.concatenate: _concatenate, np.hstack: _hstack,
-    np.vstack: _vstack, np.flip: _flip, np.roll: _roll, np.triu: _tri("triu"), np.tril: _tri("tril"),
+    np.ravel: _ravel, np.flip: _flip, np.roll: _roll, np.triu: _tri("triu"), np.tril: _tri("tril"),
     np.cumsum: _cumsum, np.copy: _copy, np.array: _array, np.asarray: _asarray,
-    np.empty: _maker(None), np.zeros: _maker(None), np.ones: _maker(1),
+    np.empty: _maker(None), np.zeros: _maker(None), np.ones: _maker(1), np.ndarray: _ndarray,
     np.empty_like: _like_maker(None), np.zeros_like: _like_maker(None), np.ones_like: _like_maker(1),
     np.full: _full, np.full_like: _full_like, np.eye: _eye, np.identity: _eye,
     np.linalg.norm: _norm, np.linalg.solve: _solve, np.where: _where, np.clip: _clip,
@@ -693,7 +635,7 @@ _FUNCTIONS = {
     np.bool_: _scalar_cast("bool", False),
     len: _len, max: _minmax("max", "max"), min: _minmax("min", "min"), abs: _abs,
     float: _scalar_cast("float64", True), int: _scalar_cast("int64", True), bool: _scalar_cast("bool", True),
-    math.pow: _pow, pow: _pow,
+    math.pow: _pow, pow: _pow, slice: lambda fe, loc, *bounds: slice(*bounds),
 }
 _ADD_AT = np.add.at
 
@@ -707,7 +649,7 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
         return _add_at(fe, loc, *args, **kwargs)
     try:
         handler = _FUNCTIONS.get(fn)
-        if handler is None and "scipy.special" in sys.modules:
+        if handler is None and "scipy" in sys.modules:
             handler = _scipy_functions().get(fn)
     except TypeError:
         handler = None
@@ -720,9 +662,7 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
             raise
     ufunc = _ufunc_name(fn)
     if ufunc is not None:
-        if kwargs:
-            raise unsupported(loc, f"keyword arguments to {label}", "pass operands positionally")
-        return _elementwise(fe, ufunc, args, loc)
+        return _ufunc_call(fe, ufunc, label, args, kwargs, loc)
     if fn is math.log:
         if len(args) == 2:
             return fe.binop("divide", _elementwise(fe, "log", [args[0]], loc), math.log(args[1]), loc)
@@ -739,6 +679,45 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
     raise unsupported(loc, f"call to {label}",
                       "flowgrad supports NumPy array functions, math.* and plain Python helpers; "
                       "compute this outside the differentiated function")
+
+
+def _ufunc_call(fe, name, label, args, kwargs, loc):
+    """A NumPy ufunc: its value, or with ``out=`` (a keyword or the argument after the operands)
+    that value written into ``out`` (where ``where=`` holds), which is what it returns: the
+    right side first, as NumPy computes it (``np.sin(x, out=x)``)."""
+    arity = ELEMENTWISE[name][0]
+    out = kwargs.pop("out", None)
+    where = kwargs.pop("where", True)
+    dtype = kwargs.pop("dtype", None)
+    if kwargs:
+        raise unsupported(loc, f"keyword argument{'s' if len(kwargs) > 1 else ''} {', '.join(kwargs)} to {label}",
+                          "pass the operands, and out=, where= or dtype= only")
+    if len(args) > arity:
+        if out is not None or len(args) > arity + 1:
+            raise FlowgradError(f"{loc}: {label} takes {arity} operand{'s' if arity > 1 else ''} and out")
+        args, out = args[:arity], args[arity]
+    value = _elementwise(fe, name, args, loc)
+    if dtype is not None:
+        if np.dtype(dtype).name not in CASTS:
+            raise unsupported(loc, f"{label}(..., dtype={np.dtype(dtype).name})", "use float64, float32, int64, int32 or bool")
+        value = op(np.dtype(dtype).name, fe.to_expr(value, loc))
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise FlowgradError(f"{loc}: {label} has one output, out= gives {len(out)}")
+        out = out[0]
+    if out is None:
+        if where is not True:
+            raise unsupported(loc, f"{label}(..., where=...) without out=",
+                              "give out= (NumPy leaves the other elements uninitialised), or use np.where")
+        return value
+    target = indexing._target(fe, out, loc)
+    if not target.shape:
+        raise FlowgradError(f"{loc}: out= must be an array")
+    e = fe.to_expr(value, loc)
+    if where is not True:
+        e = op("where", fe.to_expr(where, loc), e, target)
+    fe.write_ref(target.ref, e, loc)
+    return target
 
 
 def _ufunc_name(fn):
@@ -819,10 +798,17 @@ def call_method(fe, obj, name, args, kwargs, loc):
     return handler(fe, loc, obj, *args, **kwargs)
 
 
-from . import numpy_composites, numpy_order  # noqa: E402
+from . import numpy_joins  # noqa: E402
+from .numpy_joins import stack_values  # noqa: E402 (np.array of a list; and for the Python frontend)
+from . import numpy_composites, numpy_linalg, numpy_order, numpy_statistics  # noqa: E402
 
-_scipy_functions = functools.lru_cache(maxsize=1)(numpy_order.scipy_functions)
-for _more in (numpy_composites, numpy_order):
+
+@functools.lru_cache(maxsize=1)
+def _scipy_functions():
+    return {**numpy_order.scipy_functions(), **numpy_linalg.scipy_functions()}
+
+
+for _more in (numpy_joins, numpy_composites, numpy_order, numpy_linalg, numpy_statistics):
     _FUNCTIONS.update(_more.FUNCTIONS)
     _METHODS.update(_more.METHODS)
 

@@ -15,8 +15,9 @@ from ..errors import FlowgradError, unsupported
 from ..ir.core import (BOOL, CASTS, Assign, Call, Const, Expr, Read, Ref, const_value, is_weak, op,
                        result_dtype)
 from . import indexing
-from .numpy_api import (_arange, _axes, axis_index, _concatenate, _copy, _dtype_arg, _einsum, _eye,
-                        _reshape, _shape_arg, _solve, _transpose, reduce, stack_values)
+from .numpy_api import (_arange, _axes, axis_index, _copy, _dtype_arg, _einsum, _eye, _reshape, _shape_arg,
+                        _solve, _transpose, reduce)
+from .numpy_joins import _concatenate, stack_values
 
 
 def _const_int(v, what, loc):
@@ -73,7 +74,13 @@ def _var(fe, loc, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *,
 
 
 def _std(fe, loc, a, *args, **kwargs):
-    return op("sqrt", _var(fe, loc, a, *args, **kwargs))
+    """The square root of ``np.var``. Where the variance is 0 (all values equal) its derivative
+    is taken as 0, as central differences find (the standard deviation has a kink there, and
+    the chain rule would multiply sqrt's infinite slope by zero)."""
+    v = _var(fe, loc, a, *args, **kwargs)
+    v = v if isinstance(v, Read) else fe.materialize(v, "var", loc)
+    zero = op("equal", v, 0.0)
+    return op("where", zero, 0.0, op("sqrt", op("where", zero, 1.0, v)))     # no 1 / sqrt(0), not even masked
 
 
 def _average(fe, loc, a, axis=None, weights=None, returned=False, *, keepdims=False):
@@ -470,6 +477,8 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 def _tensordot(fe, loc, a, b, axes=2):
     ea, eb = fe.to_expr(a, loc), fe.to_expr(b, loc)
     na, nb = len(ea.shape), len(eb.shape)
+    if (not na or not nb) and axes in (0, ((), ()), ([], [])):
+        return fe.materialize(op("multiply", ea, eb), "tensordot", loc)     # a product with a scalar
     if isinstance(axes, (int, np.integer)):
         left, right = list(range(na - axes, na)), list(range(axes))
     else:

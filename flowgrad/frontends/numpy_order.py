@@ -10,7 +10,8 @@ import numpy as np
 from ..errors import FlowgradError, unsupported
 from ..ir.core import I64, Assign, Call, Const, Expr, For, Read, Ref, const_value, op
 from . import indexing
-from .numpy_api import _axes, _dtype_arg, reduce, stack_values
+from .numpy_api import _axes, _dtype_arg, reduce
+from .numpy_joins import stack_values
 from .numpy_composites import (_along, _broadcast_copy, _const_int, _flat, _float, _moveaxis, _read, axis_index,
                                gather_along)
 

@@ -11,45 +11,25 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import inspect
-import textwrap
-import types
 
 import numpy as np
 
-from ..errors import FlowgradError, InputError, Loc, UnsupportedError, unsupported
-from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, Take, broadcast_shapes,
-                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, substitute)
+from ..errors import FlowgradError, InputError, UnsupportedError, unsupported
+from ..ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Op, Read, Ref, broadcast_shapes,
+                       const_value, is_weak, iter_reads, op, result_dtype, scalar, stmt_writes, walk)
 from ..ir.ranges import Facts
-from . import Captured, indexing
-from .loops import Escape, LoopStatements, Restart, _same_binding
-from .numpy_api import call_function, call_method, get_attribute
-
-_UNSUPPORTED_NODES = {
-    ast.ListComp: ("list comprehension", "write an explicit for loop that fills a preallocated array"),
-    ast.SetComp: ("set comprehension", "use arrays and loops"),
-    ast.DictComp: ("dict comprehension", "use arrays and loops"),
-    ast.GeneratorExp: ("generator expression", "write an explicit for loop"),
-    ast.Lambda: ("lambda", "define a module-level helper function with def"),
-    ast.Try: ("try statement", "move error handling outside the differentiated function"),
-    ast.With: ("with statement", "move context managers outside the differentiated function"),
-    ast.ClassDef: ("class definition", "define classes outside the differentiated function"),
-    ast.Global: ("global statement", "pass the value as an argument and return results"),
-    ast.Nonlocal: ("nonlocal statement", "pass the value as an argument and return results"),
-    ast.Yield: ("yield", "return arrays instead of generating values"),
-    ast.YieldFrom: ("yield", "return arrays instead of generating values"),
-    ast.Await: ("await", "call flowgrad on synchronous code"),
-    ast.AsyncFunctionDef: ("async function", "call flowgrad on synchronous code"),
-    ast.Raise: ("raise statement", "check inputs before calling the differentiated function"),
-    ast.Import: ("import statement", "import modules at module level"),
-    ast.ImportFrom: ("import statement", "import modules at module level"),
-    ast.Delete: ("del statement", "let names go out of scope instead"),
-    ast.JoinedStr: ("f-string", "format strings outside the differentiated function"),
-    ast.Starred: ("starred expression", "pass arguments explicitly"),
-    ast.FunctionDef: ("nested function definition", "define helper functions at module level"),
-}
-if hasattr(ast, "TryStar"):
-    _UNSUPPORTED_NODES[ast.TryStar] = _UNSUPPORTED_NODES[ast.Try]
+from .. import pytree
+from . import Captured, closures, indexing, objects, pybuiltins, pytrees, pyvalues
+from .calls import CallExpressions, _call_name, _is_print, _warn_print
+from .conditionals import ConditionalExpressions
+from .control import Escape, Restart, Scope, same_binding
+from .loops import LoopStatements
+from .numpy_api import call_function, get_attribute
+from .pybuiltins import PY_OPERATORS
+from .pyvalues import ObjectValue, Registry, freeze, made
+from .unrolled import UnrolledStatements
 
 
 _RESERVED = set(dir(builtins)) | {"np", "_rt", "pullback", "cotangent"} | set(__import__("keyword").kwlist)
@@ -75,30 +55,10 @@ class Namer:
         return name
 
 
-class Frame:
-    """One function activation being inlined: its names, its return state, its loops."""
-
-    def __init__(self, fn, filename, first_line, globals_):
-        self.fn = fn
-        self.filename, self.first_line = filename, first_line
-        self.globals = globals_
-        self.env = {}
-        self.owned = {}          # name -> scalar container owned by the name
-        self.loops = []
-        self.ret = None          # result container, for returns under runtime control flow
-        self.ret_flag = None     # bool container: "has returned"
-        self.ret_value = None    # the value of an unconditional top-level return
-        self.ret_node = None     # that return statement
-        self.sources = {}        # closure name -> its cell (other outside names: fn.__globals__)
-
-    def loc(self, node):
-        return Loc(self.filename, self.first_line + getattr(node, "lineno", 1) - 1)
-
-
-class Frontend(LoopStatements):
+class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, UnrolledStatements):
     """Captures one function for one call signature."""
 
-    def __init__(self, fn, hints=None):
+    def __init__(self, fn, hints=None, object_args=()):
         self.fn = fn
         self.hints = hints if hints is not None else {}
         self.facts = Facts()     # ranges of the enclosing loops' variables (``indexing``)
@@ -116,6 +76,17 @@ class Frontend(LoopStatements):
         self.reads_log = None    # (frame, {name: binding}) while compiling a loop body
         self.loop_reads = []     # per loop being captured: the containers names read in its body
         self.widen = {}          # loop-carried name -> the wider dtype its storage needs (``reconcile``)
+        self.pyobjs = Registry()  # the Python containers the capture made or built (``pyvalues``)
+        self.rt_scopes = []      # the run-time loops and branches around the point being captured
+        self.suspended_logs = []  # ``reads_log``s of the callers of an inlined function
+        self.attr_sources = {}   # id(object) -> its ``objects.AttrSource``
+        self.outside_seen = {}   # id -> a mutable container from outside whose contents are recorded
+        self.constructing = None  # the object whose __init__ is being inlined
+        self.object_args = set(object_args)   # arguments whose plain objects are pytrees (``wrt``)
+        self.arg_leaves = {}     # pytree argument name -> (TreeDef, container per run-time leaf)
+        self.param_sources = []  # per entry of params: (argument name, leaf index or None)
+        self.result_layout = None  # a pytree result's ``pytrees.ResultLayout``
+        self.carry_storage = set()  # containers made to carry a Python container's leaves across a loop
 
     # ----------------------------------------------------------- containers and statements
 
@@ -139,6 +110,25 @@ class Frontend(LoopStatements):
         self.out[-1].append(stmt)
         self.facts.written(w.container for w in stmt_writes(stmt))
         return stmt
+
+    def then(self, held, rest):
+        """``rest()``, evaluated after the values ``held`` (a list) that an expression computed
+        before it, as Python does: where ``rest`` writes what one of those computed values reads
+        (a helper updating its argument in place: ``0.8 * z + h(z)``, ``z[0] + h(z)``), that value
+        is computed into a container of its own ahead of the writes. (An array itself, or a view,
+        is NumPy's same object and shows the write.) Returns ``(held, rest's value)``."""
+        block = self.out[-1]
+        mark = len(block)
+        value = rest()
+        if len(block) > mark and any(_computed(v) for v in held):
+            written = {w.container for s in block[mark:] for t in walk([s]) for w in stmt_writes(t)}
+            for k, v in enumerate(held):
+                if _computed(v) and written & {r.ref.container for r in iter_reads(v)}:
+                    c = self.container("held", v.dtype, v.shape, weak=is_weak(v))
+                    ref = Ref(c) if c.ndim else Ref(c, ())
+                    block.insert(mark, Assign(ref, v))
+                    held[k] = Read(ref)
+        return held, value
 
     def collect(self, fn, *args):
         """Run ``fn`` collecting the statements it emits; returns (statements, fn's result)."""
@@ -198,61 +188,59 @@ class Frontend(LoopStatements):
         if value is None:
             raise FlowgradError(f"{frame.loc(fdef)}: {self.fn.__name__} returns nothing: "
                                 "return the value to differentiate")
-        if isinstance(value, (tuple, list)):
-            raise unsupported(frame.loc(fdef), "tuple result",
-                              "return one array or scalar (combine results, e.g. a weighted sum)")
         where = frame.loc(frame.ret_node or fdef)
-        e = self.to_expr(value, where)
+        if pytrees.is_tree(value):
+            self.out.append(body)
+            try:
+                e, self.result_layout = pytrees.pack_result(self, value, where)
+            finally:
+                self.out.pop()
+        else:
+            e = self.to_expr(value, where)
         res = self.container("result", e.dtype, e.shape)
         body.append(Assign(Ref(res) if res.ndim else Ref(res, ()), e, loc=where))
         params = self.params + [c for c, _ in self.consts.values()]
         return params, body, res
 
     def param(self, name, value, frame):
-        if isinstance(value, (bool, np.bool_)):
-            return bool(value)
-        python = not isinstance(value, np.generic)          # a Python scalar: weak (NEP 50)
-        if isinstance(value, (int, np.integer)):
-            c = self.container(name, I64, (), "arg", weak=python)
-        elif isinstance(value, (float, np.floating)):
-            c = self.container(name, _data_dtype(np.dtype(type(value)) if isinstance(value, np.floating) else F64,
-                                                 name), (), "arg", weak=python)
-        elif isinstance(value, np.ndarray):
-            c = self.container(name, _data_dtype(value.dtype, name), value.shape, "arg")
-            self.params.append(c)
-            self.arg_containers[name] = c
-            return Read(Ref(c))
-        else:
-            return value     # a Python object: part of the signature, folded at capture
-        self.params.append(c)
+        """The captured value of argument ``name``: a container's read for an array or a number,
+        a structure of them for a pytree, ``value`` itself for anything else (folded)."""
+        if pytree.is_node(value, objects=name in self.object_args):
+            return pytrees.argument(self, name, value, name in self.object_args)
+        if not pytree.is_leaf_value(value):
+            return bool(value) if isinstance(value, (bool, np.bool_)) else self.outside(value)
+        c, v = self.leaf_param(name, value, (name, None))
         self.arg_containers[name] = c
-        frame.owned[name] = c
-        return scalar(c)
+        if c.ndim == 0 and not isinstance(value, np.ndarray):
+            frame.owned[name] = c
+        return v
 
-    def new_frame(self, fn):
-        try:
-            lines, first = inspect.getsourcelines(fn)
-            filename = inspect.getsourcefile(fn) or "<unknown>"
-        except (OSError, TypeError):
-            raise UnsupportedError(f"unsupported function {getattr(fn, '__name__', fn)!r}: its Python source "
-                                   "is not available (flowgrad captures functions from source)") from None
-        fdef = _function_node(fn, lines, first)
-        if fdef is None:
-            raise UnsupportedError(f"{Loc(filename, first)}: unsupported callable {fn.__name__!r}: "
-                                   "define it with def (or as a single lambda on its line)")
-        globals_ = dict(fn.__globals__)
-        sources = {}                      # where each outside name lives, for ``global_reads``
-        if fn.__closure__:
-            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-                globals_[name] = cell.cell_contents
-                sources[name] = cell
-        frame = Frame(fn, filename, first, globals_)
-        frame.sources = sources
-        for node in ast.walk(fdef):
-            if node is not fdef and type(node) in _UNSUPPORTED_NODES:
-                what, hint = _UNSUPPORTED_NODES[type(node)]
-                raise unsupported(frame.loc(node), what, hint)
-        return frame, fdef
+    def leaf_param(self, hint, value, source):
+        """``(container, read)`` of a new argument container for run-time leaf ``value``
+        (``source``: the argument and leaf it is, for ``inputs``)."""
+        python = not isinstance(value, np.generic)          # a Python scalar: weak (NEP 50)
+        if isinstance(value, np.ndarray):
+            c = self.container(hint, _data_dtype(value.dtype, hint), value.shape, "arg")
+        elif isinstance(value, (int, np.integer)):
+            c = self.container(hint, I64, (), "arg", weak=python)
+        elif isinstance(value, (float, np.floating)):
+            c = self.container(hint, _data_dtype(np.dtype(type(value)) if isinstance(value, np.floating) else F64,
+                                                 hint), (), "arg", weak=python)
+        else:
+            raise InputError(f"argument {hint!r} is {type(value).__name__}; flowgrad computes with real numbers")
+        self.params.append(c)
+        self.param_sources.append(source)
+        return c, Read(Ref(c)) if isinstance(value, np.ndarray) else scalar(c)
+
+    def outside(self, value):
+        """``value``, read from outside the function (a global, a closure variable, an attribute of
+        an outside object): a list or dict's contents are recorded (``Captured.global_reads``), so
+        that a later call finding them changed captures again."""
+        if isinstance(value, (list, dict)) and self.pyobjs.get(value) is None and id(value) not in self.outside_seen:
+            self.outside_seen[id(value)] = value
+            self.global_reads.append((_Contents(value), None, _Contents.snapshot(value)))
+        return value
+
 
     def finish_frame(self, frame, fdef, body):
         """The frame's return value; writes the unconditional return into the result container
@@ -293,21 +281,21 @@ class Frontend(LoopStatements):
                 rest = stmts[k + 1:]
                 if not rest:
                     return esc
-                cond = self.none_set(esc.flags)
-                loc = frame.loc(rest[0])
-                env0, owned0 = dict(frame.env), dict(frame.owned)
-                guarded = self.facts.enter_opaque()          # may not run on every pass
-                try:
-                    inner, esc2 = self.collect(self.block, rest, frame)
-                finally:
-                    self.facts.leave(guarded)
                 # like an ``if`` without ``else``: names the rest rebinds meet their earlier values
-                skipped = []
-                self.join_branches(frame, env0, (frame.env, frame.owned, inner, esc2),
-                                   (dict(env0), dict(owned0), skipped, Escape()), loc)
-                self.emit(If(cond, inner, skipped, loc=loc))
+                esc2 = self.guarded(self.none_set(esc.flags), frame, frame.loc(rest[0]),
+                                    lambda r=rest: self.block(r, frame))
                 return Escape(_union(esc.flags, esc2.flags))
         return Escape()
+
+    @contextlib.contextmanager
+    def rt_scope(self, kind, frame, loc, **facts):
+        """Code captured inside runs a number of times, or on a path, known only at run time
+        (``control.Scope``); its statement goes into the current statement list."""
+        self.rt_scopes.append(Scope(self.out[-1], frame, kind, loc, **facts))
+        try:
+            yield
+        finally:
+            self.rt_scopes.pop()
 
     @staticmethod
     def none_set(flags):
@@ -334,8 +322,14 @@ class Frontend(LoopStatements):
     def stmt_Expr(self, node, frame):
         if isinstance(node.value, ast.Constant):
             return None  # docstring
+        if _is_print(node) and self.lookup("print", frame, node.value) is builtins.print:
+            _warn_print(frame.loc(node))
+            return None
         self.eval(node.value, frame)
         return None
+
+    def stmt_FunctionDef(self, node, frame):
+        self.bind(node.name, closures.define(self, node, frame), frame, frame.loc(node))
 
     def stmt_Assert(self, node, frame):
         test = self.eval(node.test, frame)
@@ -368,15 +362,31 @@ class Frontend(LoopStatements):
                 self.write_ref(cur.ref, self.binop(opname, cur, rhs, loc), loc, accumulate=False,
                                rhs=rhs, opname=opname)
                 return
+            if isinstance(cur, list) and opname in ("add", "multiply"):     # list += ...: in place
+                pyvalues.check_mutable(self, cur, loc, f"{target.id} {'+' if opname == 'add' else '*'}=")
+                new = self.binop(opname, cur, rhs, loc)
+                cur[:] = new
+                return
             self.assign(target, self.binop(opname, cur, rhs, loc), frame, node)
             return
         if isinstance(target, ast.Subscript):
             base = self.eval(target.value, frame)
             index = self.eval_index(target.slice, frame)
+            if isinstance(base, (list, dict, tuple)):
+                cur = self.eval(target, frame)
+                pybuiltins.setitem(self, base, index, self.binop(opname, cur, rhs, loc), loc, _call_name(target))
+                return
+            _check_not_outside(base, target, loc)
             indexing.augmented_setitem(self, base, index, opname, rhs, loc)
             return
         if isinstance(target, ast.Attribute):
-            raise unsupported(loc, "assignment to an attribute", "assign to arrays or names")
+            obj = self.eval(target.value, frame)
+            cur = self.eval(target, frame)
+            if isinstance(cur, Read) and cur.ref.container.ndim and cur.shape != ():
+                self.write_ref(cur.ref, self.binop(opname, cur, rhs, loc), loc, rhs=rhs, opname=opname)
+                return                                  # self.u += ... on an array: in place
+            objects.set_attr(self, obj, target.attr, self.binop(opname, cur, rhs, loc), loc, _call_name(target))
+            return
         raise unsupported(loc, "augmented assignment target", "assign to a name or a subscript")
 
     def assign(self, target, value, frame, node):
@@ -386,20 +396,30 @@ class Frontend(LoopStatements):
         elif isinstance(target, (ast.Tuple, ast.List)):
             items = self.unpack(value, len(target.elts), loc)
             # Python evaluates the whole right side first: freeze values an earlier target may change
+            # (a scalar a display already copied into a container of its own stays as it is)
+            owned = {c for f in self.frames for c in f.owned.values()}
             items = [self.materialize(v, "tmp", loc) if isinstance(v, Expr) and
-                     (v.shape == () or isinstance(v, Op)) else v for v in items]
+                     (v.shape == () or isinstance(v, Op)) and not _own_copy(v, owned) else v for v in items]
             for t, v in zip(target.elts, items):
                 self.assign(t, v, frame, node)
         elif isinstance(target, ast.Subscript):
             base = self.eval(target.value, frame)
             index = self.eval_index(target.slice, frame)
+            if isinstance(base, (list, dict, tuple)):
+                if isinstance(base, tuple):
+                    raise unsupported(loc, "assignment into a tuple", "tuples cannot change: build a new one")
+                pybuiltins.setitem(self, base, index, value, loc, _call_name(target))
+                return
+            _check_not_outside(base, target, loc)
             indexing.setitem(self, base, index, value, loc)
         elif isinstance(target, ast.Attribute):
-            raise unsupported(loc, "assignment to an attribute", "assign to arrays or names")
+            objects.set_attr(self, self.eval(target.value, frame), target.attr, value, loc, _call_name(target))
         else:
             raise unsupported(loc, f"assignment target {type(target).__name__}", "assign to names or subscripts")
 
     def unpack(self, value, n, loc):
+        if isinstance(value, dict):
+            value = list(value)
         if isinstance(value, (tuple, list)):
             if len(value) != n:
                 raise FlowgradError(f"{loc}: cannot unpack {len(value)} values into {n} names")
@@ -442,34 +462,10 @@ class Frontend(LoopStatements):
             raise Restart()
         elif c.weak and not is_weak(e):
             c.weak = False                        # a NumPy scalar from here on
-        self.keep_views_of(c, loc)
+        pyvalues.protect(self, c, loc)       # values made with c keep the value it has now
         self.emit(Assign(Ref(c, ()), e, loc=loc))
         self.facts.define(c, e)
         frame.env[name] = scalar(c)
-
-    def keep_views_of(self, c, loc):
-        """Before scalar ``c`` is written: names bound to views whose bounds read it
-        (``y = x[k:k + 3]; k = k + 2``), or to arrays whose size does, keep the value it has
-        now, as in Python, where the view or array was made with it. ``c`` is copied into a
-        scalar of its own that those bindings read instead (an array of such a size is copied
-        into one sized by it)."""
-        users = [(f, name, v) for f in self.frames for name, v in f.env.items()
-                 if isinstance(v, Read) and c in _reads_deep(v)]
-        if not users:
-            return
-        was = self.container(c.name + "_was", c.dtype, ())
-        self.emit(Assign(Ref(was, ()), scalar(c), loc=loc))
-        copies = {}
-        for f, name, v in users:
-            source = v.ref.container
-            if any(c in {r.ref.container for r in iter_reads(d)} for d in source.shape):
-                if source not in copies:          # its size reads c: a copy sized by the kept value
-                    copy = self.container(source.name, source.dtype,
-                                          tuple(substitute(d, c, scalar(was)) for d in source.shape))
-                    self.emit(Assign(Ref(copy), Read(Ref(source)), loc=loc))
-                    copies[source] = copy
-                v = Read(Ref(copies[source], v.ref.items, v.ref.perm))
-            f.env[name] = substitute(v, c, scalar(was))
 
     def write_ref(self, ref, value, loc, accumulate=False, rhs=None, opname=None):
         """Write ``value`` into a view; ``x += y`` on arrays is an in-place accumulation."""
@@ -493,11 +489,11 @@ class Frontend(LoopStatements):
         test, cond = cond, self.hold_scalar(cond, "cond", loc)
         env0, owned0 = dict(frame.env), dict(frame.owned)
         then, esc1 = self.under_facts("then", node, frame, lambda: self.facts.enter_branch(test, True),
-                                      lambda: self.collect(self.block, node.body, frame))
+                                      lambda: self.branch(frame, loc, self.block, node.body, frame))
         env1, owned1 = frame.env, frame.owned
         frame.env, frame.owned = dict(env0), dict(owned0)
         orelse, esc2 = self.under_facts("else", node, frame, lambda: self.facts.enter_branch(test, False),
-                                        lambda: self.collect(self.block, node.orelse, frame))
+                                        lambda: self.branch(frame, loc, self.block, node.orelse, frame))
         env2, owned2 = frame.env, frame.owned
         self.join_branches(frame, env0, (env1, owned1, then, esc1), (env2, owned2, orelse, esc2), loc)
         self.emit(If(cond, then, orelse, loc))
@@ -505,6 +501,11 @@ class Frontend(LoopStatements):
         if esc1.dead and esc2.dead:
             return Escape(flags, dead=True)
         return Escape(flags)
+
+    def branch(self, frame, loc, fn, *args):
+        """``collect(fn, *args)`` for code on a path taken at run time."""
+        with self.rt_scope("branch", frame, loc):
+            return self.collect(fn, *args)
 
     def join_branches(self, frame, env0, a, b, loc):
         """Bind the names after two branches (``merge``), from ``env0`` before them."""
@@ -544,10 +545,25 @@ class Frontend(LoopStatements):
             if esc_b.dead:
                 vb = va
             ca, cb = owned_a.get(name), owned_b.get(name)
-            if _same_binding(va, vb) and ca is cb:
+            if same_binding(va, vb) and ca is cb:
                 env[name] = va
                 if ca is not None:
                     owned[name] = ca
+                continue
+            if pytrees.is_container(va) and pytrees.is_container(vb):
+                def join(k, ea, eb, name=name):
+                    ea, eb = self.to_expr(ea, loc), self.to_expr(eb, loc)
+                    if len(ea.shape) != len(eb.shape):
+                        raise unsupported(loc, f"name {name!r} holding arrays of different shapes in the branches",
+                                          "give the variable the same shape on every path")
+                    m = self.container(name, result_dtype([ea, eb], "same"), ea.shape,
+                                       weak=is_weak(ea) and is_weak(eb))
+                    mref = Ref(m) if m.ndim else Ref(m, ())
+                    for e, stmts, esc in ((ea, stmts_a, esc_a), (eb, stmts_b, esc_b)):
+                        if not esc.dead:
+                            stmts.append(Assign(mref, e, loc=loc))
+                    return Read(mref)
+                env[name] = pytrees.merge(self, name, va, vb, loc, join)
                 continue
             if va is None or vb is None:
                 v = va if va is not None else vb
@@ -557,6 +573,9 @@ class Frontend(LoopStatements):
                 if v is None or not isinstance(v, Expr):
                     env[name] = v
                     continue
+            if pytrees.is_container(va) or pytrees.is_container(vb):
+                raise unsupported(loc, f"name {name!r} bound to a Python container on one path and to another "
+                                       "kind of value on the other", "give it the same kind of value on every path")
             ea = None if va is None else self.to_expr(va, loc)
             eb = None if vb is None else self.to_expr(vb, loc)
             ref_e = ea if ea is not None else eb
@@ -580,7 +599,7 @@ class Frontend(LoopStatements):
     def stmt_Return(self, node, frame):
         loc = frame.loc(node)
         value = self.eval(node.value, frame) if node.value is not None else None
-        if not frame.loops and self.out_depth_is_frame_top(frame):
+        if all(c.unrolled for c in frame.loops) and self.out_depth_is_frame_top(frame):
             frame.ret_value, frame.ret_node = value, node
             return Escape(dead=True)
         if value is None:
@@ -612,10 +631,17 @@ class Frontend(LoopStatements):
                 for seen in self.loop_reads:
                     seen.add(v.ref.container)
             return v
+        found, v = closures.closure_lookup(self, name, frame)
+        if found:
+            indexing.check_fresh(self, name, v, frame.loc(node))
+            if isinstance(v, Read):
+                for seen in self.loop_reads:
+                    seen.add(v.ref.container)
+            return v
         if name in frame.globals:
             v = frame.globals[name]
             self.global_reads.append((frame.sources.get(name, frame.fn.__globals__), name, v))
-            return v
+            return self.outside(v)
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise FlowgradError(f"{frame.loc(node)}: name {name!r} is not defined")
@@ -634,24 +660,74 @@ class Frontend(LoopStatements):
         return self.lookup(node.id, frame, node)
 
     def expr_Tuple(self, node, frame):
-        return tuple(self.eval(e, frame) for e in node.elts)
+        return made(self, tuple(self.elements(node.elts, frame)))
 
     def expr_List(self, node, frame):
         # a list, not a tuple: ``A[[0, 2]]`` picks rows, ``A[(0, 2)]`` one element
-        return [self.eval(e, frame) for e in node.elts]
+        return made(self, self.elements(node.elts, frame))
+
+    def elements(self, nodes, frame):
+        """The values of a display's or a call's items, ``*xs`` unpacked, each as a container holds it."""
+        out = []
+        for e in nodes:
+            if isinstance(e, ast.Starred):
+                out += pybuiltins.sequence(self, self.eval(e.value, frame), frame.loc(e), "unpacking with *")
+            else:
+                out.append(freeze(self, self.eval(e, frame), frame.loc(e)))
+        return out
+
+    def expr_Dict(self, node, frame):
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:                    # {**other, ...}
+                other = self.eval(v, frame)
+                if not isinstance(other, dict):
+                    raise unsupported(frame.loc(v), "** of a value that is not a dict", "unpack a dict")
+                out.update(other)
+                continue
+            key = self.eval(k, frame)
+            if isinstance(key, Expr):
+                raise unsupported(frame.loc(k), "a dict key known only at run time",
+                                  "use keys known when the function is captured")
+            out[key] = freeze(self, self.eval(v, frame), frame.loc(v))
+        return made(self, out)
+
+    def expr_Lambda(self, node, frame):
+        return closures.define(self, node, frame)
 
     def expr_Attribute(self, node, frame):
-        return get_attribute(self, self.eval(node.value, frame), node.attr, frame.loc(node))
+        obj = self.eval(node.value, frame)
+        handled, value = objects.get_attr(self, obj, node.attr, frame.loc(node))
+        if handled:
+            return value
+        return get_attribute(self, obj, node.attr, frame.loc(node))
 
     def expr_Subscript(self, node, frame):
         base = self.eval(node.value, frame)
         index = self.eval_index(node.slice, frame)
-        if isinstance(base, (tuple, list, str, dict)):
+        if isinstance(base, (tuple, list, str, dict, ObjectValue)):
+            loc = frame.loc(node)
+            if isinstance(base, ObjectValue):
+                raise unsupported(loc, f"indexing a {base.cls.__name__} object", "index arrays, lists or dicts")
             if isinstance(index, Expr):
-                raise unsupported(frame.loc(node), "indexing a Python sequence with a run-time value",
-                                  "use arrays")
-            return base[index]
+                self.index_by_loop(index, loc)
+            if isinstance(base, dict) and index not in base:
+                raise FlowgradError(f"{loc}: KeyError: {index!r}")
+            value = base[index]
+            if isinstance(index, slice) and isinstance(base, (list, tuple)):
+                return made(self, value)
+            return value if self.pyobjs.get(base) is not None else self.outside(value)
         return indexing.getitem(self, base, index, frame.loc(node))
+
+    def index_by_loop(self, index, loc):
+        """A Python list indexed by a value known only at run time: where it is a loop's
+        variable and the loop's trip count is known, capture again with the loop unrolled."""
+        reads = {r.ref.container for r in iter_reads(index)}
+        for scope in reversed(self.rt_scopes):
+            if scope.kind == "for" and reads & set(scope.vars):
+                pyvalues.unroll(self, scope, loc, "indexing a Python list or tuple with a loop's variable")
+        raise unsupported(loc, "indexing a Python list, tuple or dict with a value known only at run time",
+                          "use an array (np.stack the items), or index with a value known at capture")
 
     def eval_index(self, node, frame):
         if isinstance(node, ast.Tuple):
@@ -662,7 +738,7 @@ class Frontend(LoopStatements):
 
     def expr_BinOp(self, node, frame):
         loc = frame.loc(node)
-        a, b = self.eval(node.left, frame), self.eval(node.right, frame)
+        (a,), b = self.then([self.eval(node.left, frame)], lambda: self.eval(node.right, frame))
         if isinstance(node.op, ast.MatMult):
             return call_function(self, np.matmul, [a, b], {}, loc)
         opname = _BINOPS.get(type(node.op))
@@ -673,9 +749,12 @@ class Frontend(LoopStatements):
     def binop(self, opname, a, b, loc):
         if not isinstance(a, Expr) and not isinstance(b, Expr) and not isinstance(a, np.ndarray) \
                 and not isinstance(b, np.ndarray):
-            if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)) or isinstance(a, str):
-                return _PY_BINOPS[opname](a, b)
-            return _PY_BINOPS[opname](a, b)
+            out = PY_OPERATORS[opname](a, b)
+            return made(self, out) if isinstance(out, (tuple, list)) else out
+        if opname == "multiply" and any(isinstance(x, (list, tuple)) and isinstance(y, Expr) and y.shape == ()
+                                        and y.dtype.kind in "iu" for x, y in ((a, b), (b, a))):
+            raise unsupported(loc, "repeating a Python list a number of times known only at run time",
+                              "make an array (np.zeros(n), np.full(n, value))")
         ea, eb = self.to_expr(a, loc), self.to_expr(b, loc)
         if opname in _BOOL_BITWISE:
             if ea.dtype != BOOL or eb.dtype != BOOL:
@@ -712,216 +791,41 @@ class Frontend(LoopStatements):
                               "~ inverts boolean masks; use np.logical_not or -x - 1")
         return op("logical_not", v)
 
-    def expr_Compare(self, node, frame):
-        """``a < b < c`` is ``a < b and b < c`` with ``b`` evaluated once: each further
-        comparison, and what its right side computes, runs only where the ones before hold."""
-        left = self.eval(node.left, frame)
-        return self.compare(node, frame, left, list(zip(node.ops, node.comparators)))
 
-    def compare(self, node, frame, left, rest):
-        loc = frame.loc(node)
-        result = None
-        for k, (cop, right_node) in enumerate(rest):
-            if isinstance(result, Expr):
-                tail = rest[k:]
-                return self.choose(result, lambda: self.compare(node, frame, left, tail), lambda: result,
-                                   right_node, frame)
-            if result is False:
-                return False
-            right = self.eval(right_node, frame)
-            name = _CMPOPS.get(type(cop))
-            if name is None:
-                if isinstance(cop, (ast.Is, ast.IsNot)) and (not isinstance(left, Expr) and not isinstance(right, Expr)
-                                                         or left is None or right is None):
-                    # a value known only at run time is never None (that is part of the signature)
-                    r = (left is right) if isinstance(cop, ast.Is) else (left is not right)
-                elif isinstance(cop, (ast.Is, ast.IsNot)):
-                    raise unsupported(loc, "identity comparison (is) of arrays or numbers known only at run "
-                                           "time", "compare values (==, np.array_equal), or test for None")
-                else:
-                    raise unsupported(loc, f"comparison {type(cop).__name__}", "use <, <=, >, >=, ==, !=")
-            elif isinstance(left, Expr) or isinstance(right, Expr):
-                r = op(name, self.to_expr(left, loc), self.to_expr(right, loc))
-            else:
-                r = _PY_BINOPS[name](left, right)
-            result = r if result is None else (result and r)
-            left = right
-        return result
+class _Contents:
+    """A mutable container from outside the function, whose contents a capture read."""
 
-    def expr_BoolOp(self, node, frame):
-        """Python's ``and``/``or``: the value of the operand that decides, the right one evaluated
-        only where it must be (``i < len(x) and x[i] > 0`` does not index past the end)."""
-        loc = frame.loc(node)
-        out = self.eval(node.values[0], frame)
-        for right_node in node.values[1:]:
-            t = self.truth(out, loc)
-            left = out
-            right = (lambda r: lambda: self.eval(r, frame))(right_node)
-            if not isinstance(t, Expr):
-                if t == isinstance(node.op, ast.And):
-                    out = right()
-                continue
-            if isinstance(node.op, ast.And):
-                out = self.choose(t, right, lambda: left, right_node, frame)
-            else:
-                out = self.choose(t, lambda: left, right, right_node, frame)
-        return out
+    __slots__ = ("obj",)
 
-    def choose(self, test, then, orelse, node, frame):
-        """``then() if test else orelse()`` for a run-time scalar ``test``: each side's statements
-        run only on its own path, under the facts its path knows (``i < n`` where it holds), as in
-        Python (``math.log(s) if s > 0 else 0.0`` takes no log of a negative ``s``). Two scalars that
-        are values already (constants, reads that cannot raise) are picked by a ``where``; a side
-        that is another array's memory makes the choice a copy standing for it (``StandIn``)."""
-        loc = frame.loc(node)
-        sides = []
-        for what, fn, holds in (("then", then, True), ("else", orelse, False)):
-            sides.append(self.under_facts(what, node, frame, lambda h=holds: self.facts.enter_branch(test, h),
-                                          lambda f=fn: self.collect(lambda: self.to_expr(f(), loc))))
-        (s1, a), (s2, b) = sides
-        if a.shape and b.shape and (len(a.shape) != len(b.shape) or any(
-                const_value(p) is not None and const_value(q) is not None and const_value(p) != const_value(q)
-                for p, q in zip(a.shape, b.shape))):
-            raise unsupported(loc, "a choice between arrays of different shapes (its shape would depend on "
-                                   "the run-time test)", "give both sides the same shape")
-        if not s1 and not s2 and _picked(a) and _picked(b) and not (a.shape or b.shape):
-            return op("where", test, a, b)
-        m = self.container("pick", result_dtype([a, b], "same"), a.shape or b.shape,
-                           weak=is_weak(a) and is_weak(b))
-        ref = Ref(m) if m.ndim else Ref(m, ())
-        self.emit(If(test, s1 + [Assign(ref, a, loc=loc)], s2 + [Assign(ref, b, loc=loc)], loc))
-        for e in (a, b):
-            if isinstance(e, Read) and e.ref.container.ndim and indexing.held(self, e.ref.container):
-                # NumPy's value is that array itself (or a view of it) on this path
-                indexing.stand_in(self, m, e.ref.container, "a conditional expression's value, another "
-                                  "array's memory on one side", loc, "copy that side (np.copy(...))")
-        return Read(ref)
+    def __init__(self, obj):
+        self.obj = obj
 
-    def truth(self, v, loc):
-        """The truth value of ``v``: a Python bool, or a run-time scalar boolean expression."""
-        if isinstance(v, Expr):
-            if v.shape != ():
-                raise FlowgradError(f"{loc}: the truth value of an array is ambiguous; use np.any/np.all "
-                                    "or compare a scalar")
-            return v if v.dtype == BOOL else op("not_equal", v, 0)
-        return bool(v)
+    @staticmethod
+    def snapshot(obj):
+        return tuple(obj.items()) if isinstance(obj, dict) else tuple(obj)
 
-    def expr_IfExp(self, node, frame):
-        c = self.truth(self.eval(node.test, frame), frame.loc(node))
-        if not isinstance(c, Expr):
-            return self.eval(node.body if c else node.orelse, frame)
-        return self.choose(c, lambda: self.eval(node.body, frame), lambda: self.eval(node.orelse, frame), node, frame)
-
-    def expr_Call(self, node, frame):
-        loc = frame.loc(node)
-        for a in node.args:
-            if isinstance(a, ast.Starred):
-                raise unsupported(frame.loc(a), "starred argument", "pass arguments explicitly")
-        if isinstance(node.func, ast.Attribute):
-            obj = self.eval(node.func.value, frame)
-            args = [self.eval(a, frame) for a in node.args]
-            kwargs = {k.arg: self.eval(k.value, frame) for k in node.keywords}
-            if isinstance(obj, Expr):
-                return call_method(self, obj, node.func.attr, args, kwargs, loc)
-            fn = get_attribute(self, obj, node.func.attr, loc)
-        else:
-            fn = self.eval(node.func, frame)
-            args = [self.eval(a, frame) for a in node.args]
-            kwargs = {k.arg: self.eval(k.value, frame) for k in node.keywords}
-        if any(k is None for k in kwargs):
-            raise unsupported(loc, "**kwargs in a call", "pass keyword arguments explicitly")
-        return self.call(fn, args, kwargs, loc, _call_name(node.func))
-
-    def call(self, fn, args, kwargs, loc, name):
-        if isinstance(fn, types.FunctionType) and not _is_library(fn):
-            return self.inline(fn, args, kwargs, loc)
-        if hasattr(fn, "_flowgrad_inline"):     # a program object (from_fortran) lowers itself here
-            return fn._flowgrad_inline(self, args, kwargs, loc)
-        return call_function(self, fn, args, kwargs, loc, name)
-
-    def inline(self, fn, args, kwargs, loc):
-        """Compile a call to a plain Python function in place (its body is inlined)."""
-        self.depth += 1
-        if self.depth > 32:
-            raise unsupported(loc, f"recursion in {fn.__name__}", "write the recursion as a loop")
-        frame, fdef = self.new_frame(fn)
-        try:
-            bound = inspect.signature(fn).bind(*args, **kwargs)
-        except TypeError as exc:
-            raise FlowgradError(f"{loc}: calling {fn.__name__}: {exc}") from None
-        bound.apply_defaults()
-        for name, value in bound.arguments.items():
-            if isinstance(value, Expr) and value.shape == ():
-                c = self.container(name, value.dtype, ())
-                self.emit(Assign(Ref(c, ()), value, loc=loc))
-                frame.owned[name] = c
-                value = scalar(c)
-            elif isinstance(value, Op):
-                value = self.materialize(value, name, loc)
-            frame.env[name] = value
-        self.frames.append(frame)
-        saved_log = self.reads_log
-        self.reads_log = None
-        try:
-            body, esc = self.collect(self._frame_block, fdef, frame)
-            for s in body:
-                self.emit(s)
-            return self.finish_frame(frame, fdef, self.out[-1])
-        finally:
-            self.reads_log = saved_log
-            self.frames.pop()
-            self.depth -= 1
-
-    def _frame_block(self, fdef, frame):
-        self.frame_body_start[frame] = self.out[-1]
-        return self.block(fdef.body, frame)
-
-    frame_body_start = None
+    def get(self, name, default=None):
+        return self.snapshot(self.obj)
 
 
-def _function_node(fn, lines, first):
-    """The FunctionDef of ``fn`` (a lambda becomes ``def lambda_fn(args): return body``)."""
-    src = textwrap.dedent("".join(lines))
-    if fn.__name__ != "<lambda>":
-        try:
-            node = ast.parse(src).body[0]
-        except (SyntaxError, IndexError):
-            return None
-        return node if isinstance(node, ast.FunctionDef) else None
-    argnames = list(fn.__code__.co_varnames[:fn.__code__.co_argcount])
-    found = []
-    for start in [k for k in range(len(src)) if src.startswith("lambda", k)]:
-        for end in range(len(src), start, -1):
-            try:
-                lam = ast.parse(src[start:end], mode="eval").body
-            except SyntaxError:
-                continue
-            if not isinstance(lam, ast.Lambda):
-                continue
-            line = src.count("\n", 0, start)
-            if [a.arg for a in lam.args.args] == argnames and first + line == fn.__code__.co_firstlineno:
-                lam.lineno += line
-                found.append(lam)
-            break
-    if len(found) != 1:
-        return None
-    lam = found[0]
-    ret = ast.Return(value=lam.body, lineno=lam.lineno, col_offset=0)
-    fdef = ast.FunctionDef(name="lambda_fn", args=lam.args, body=[ret], decorator_list=[], returns=None,
-                           type_params=[], lineno=lam.lineno, col_offset=0)
-    return ast.fix_missing_locations(fdef)
+def _check_not_outside(base, target, loc):
+    if isinstance(base, np.ndarray):
+        raise unsupported(loc, f"assignment into {_call_name(target.value)}, an array from outside the captured "
+                               "function (a global, or an attribute of an object)",
+                          "flowgrad does not change the caller's arrays: copy it first (a = np.copy(...)) and "
+                          "change the copy, or pass the array in as an argument")
 
 
-def _call_name(func):
-    try:
-        return ast.unparse(func)
-    except Exception:  # noqa: BLE001
-        return "?"
+def _own_copy(v, owned):
+    """Whether scalar ``v`` reads a transient container no name owns (a copy made for a value)."""
+    return isinstance(v, Read) and v.ref.container.ndim == 0 and v.ref.container.kind == "transient" and \
+        v.ref.container not in owned
 
 
-def _is_library(fn):
-    mod = getattr(fn, "__module__", "") or ""
-    return mod.split(".")[0] in ("numpy", "scipy", "math", "builtins", "jax", "torch", "flowgrad")
+def _computed(v):
+    """Whether ``v`` is a value computed from what it reads (an expression, an element read from
+    an array), not an array object itself (a Read of a view, which NumPy shares)."""
+    return isinstance(v, Expr) and not isinstance(v, Const) and not (isinstance(v, Read) and v.shape)
 
 
 def _union(a, b):
@@ -945,11 +849,6 @@ def _check_broadcast(src, dst, loc):
                                 f"{tuple(const_value(d) for d in dst)}")
 
 
-def _picked(e):
-    """Whether ``e`` is a value already, which a ``where`` may pick without computing anything."""
-    return isinstance(e, Const) or isinstance(e, Read) and not _may_raise(e)
-
-
 def _data_dtype(dt, name):
     """``dt`` when flowgrad computes in it (bool, integers, float32, float64), else an InputError."""
     if dt.kind in "biu" or dt in (np.float32, np.float64):
@@ -958,47 +857,19 @@ def _data_dtype(dt, name):
                      f"(np.asarray({name}, dtype=np.float64), or float32)")
 
 
-def _may_raise(e):
-    """Whether evaluating ``e`` may raise (a checked index, in it or in a view it reads)."""
-    if isinstance(e, Op):
-        return e.name == "checked_index" or any(_may_raise(a) for a in e.args)
-    if isinstance(e, Read):
-        return any(_may_raise(i) for i in e.ref.index_exprs())
-    return isinstance(e, Take)
-
-
-def _reads_deep(e):
-    """The containers an expression reads, with those its operands' sizes read."""
-    out = set()
-    for r in iter_reads(e):
-        out.add(r.ref.container)
-        for d in r.ref.container.shape:
-            out |= {x.ref.container for x in iter_reads(d)}
-    return out
-
-
 _BINOPS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
            ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power",
            ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor"}
 # ``&``, ``|``, ``^`` of boolean arrays (masks) are their logical operations
 _BOOL_BITWISE = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "not_equal"}
-_CMPOPS = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
-           ast.Eq: "equal", ast.NotEq: "not_equal"}
-_PY_BINOPS = {
-    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
-    "divide": lambda a, b: a / b, "floor_divide": lambda a, b: a // b, "mod": lambda a, b: a % b,
-    "power": lambda a, b: a ** b, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
-    "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
-    "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
-    "bitwise_and": lambda a, b: a & b, "bitwise_or": lambda a, b: a | b, "bitwise_xor": lambda a, b: a ^ b,
-}
 
 
-def capture(fn, args) -> Captured:
-    """Capture ``fn`` for the call ``fn(*args)``."""
+def capture(fn, args, object_args=()) -> Captured:
+    """Capture ``fn`` for the call ``fn(*args)`` (``object_args``: the arguments whose plain
+    objects are pytrees, those ``wrt`` names)."""
     hints = {}
-    for _ in range(16):
-        fe = Frontend(fn, hints)
+    for _ in range(64):
+        fe = Frontend(fn, hints, object_args)
         fe.frame_body_start = {}
         try:
             params, body, result = fe.capture_top(args)
@@ -1008,15 +879,19 @@ def capture(fn, args) -> Captured:
     else:
         raise FlowgradError(f"could not settle the types of the scalars in {fn.__name__}")
     const_values = [v for _, v in fe.consts.values()]
-    names = list(fe.arg_containers)
+    sources = list(fe.param_sources)
+    trees = {n: fe.object_args.__contains__(n) for n in fe.arg_leaves}
     signature = inspect.signature(fn)
 
     def inputs(call_args):
         bound = signature.bind(*call_args)
         bound.apply_defaults()
-        return [bound.arguments[n] for n in names] + const_values
+        leaves = {n: pytree.flatten(bound.arguments[n], objects=objs)[0] for n, objs in trees.items()}
+        return [bound.arguments[n] if k is None else leaves[n][k] for n, k in sources] + const_values
 
     name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
     cap = Captured(name, params, body, result, fe.containers, fe.namer, fe.arg_containers, inputs)
+    cap.arg_leaves = fe.arg_leaves
+    cap.result_layout = fe.result_layout
     cap.global_reads = list({(id(w), n): (w, n, v) for w, n, v in fe.global_reads}.values())
     return cap
