@@ -13,11 +13,13 @@ from .errors import FlowgradError, InputError, UnsupportedError
 from . import fft_ops  # noqa: F401 - registers the Fourier transforms' Call ops
 from . import linalg_ops  # noqa: F401 - registers the matrix decompositions' Call ops
 from . import nn_ops  # noqa: F401 - registers the neural-network Call ops
+from .frontends.fortran import from_fortran
 from .frontends.onnx import from_onnx
 from .frontends.torch import from_torch
 
 __version__ = "0.1.0"
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "coverage", "from_torch", "from_onnx", "FlowgradError",
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "coverage", "from_torch", "from_onnx", "from_fortran",
+           "FlowgradError",
            "InputError", "UnsupportedError"]
 
 

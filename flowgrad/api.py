@@ -634,7 +634,10 @@ class jit(_Transform):
 
     def __call__(self, *args):
         entry = self.compiled(args)
-        return _unpack_result(entry, entry.func(*entry.call_args(args)))
+        out = entry.func(*entry.call_args(args))
+        if hasattr(self.fn, "_flowgrad_result"):     # a program object unpacks its own results
+            return self.fn._flowgrad_result(entry.cap, out)
+        return _unpack_result(entry, out)
 
 
 __all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "FlowgradError"]

@@ -28,7 +28,7 @@ class _Vjp:
     def __call__(self, args, wrt):
         """Run the forward pass; returns ``(value, pullback)``, ``pullback(ct)`` giving one
         gradient per position in ``wrt`` (None when nothing is differentiated)."""
-        if hasattr(self.fn, "_flowgrad_vjp"):          # a program from from_torch / from_onnx
+        if hasattr(self.fn, "param_names"):            # a program from from_torch / from_onnx
             n_in = len(args) - len(self.param_names)
             value, pull = api.vjp(self.fn, *args[:n_in], backend=self.backend)
 
@@ -113,6 +113,9 @@ def function(fn, backend=None):
       >>> loss = sim(net(x), kappa, 100).square().mean()     # doctest: +SKIP
       >>> loss.backward()                                     # doctest: +SKIP
     """
+    if len(getattr(fn, "outputs", ())) > 1 and hasattr(fn, "_flowgrad_inline"):
+        raise InputError(f"{fn.__name__} has several outputs ({', '.join(fn.outputs)}); wrap it in a NumPy "
+                         "function that returns the one to differentiate")
     module = getattr(fn, "module", None) if hasattr(fn, "_flowgrad_vjp") else None
     names = list(fn.param_names) if isinstance(module, torch.nn.Module) else []
     vjp = _Vjp(fn, backend, names)

@@ -6,6 +6,7 @@ The suite is split by what a test needs (STYLE.md, rule 7):
 * ``jax``: compares against JAX, skipped with a reason when JAX is missing;
 * ``native``: needs Numba (the "native" backend);
 * ``ml``: needs PyTorch / ONNX;
+* ``fortran``: needs gfortran (the oracle) and fparser, skipped with a reason without them;
 * ``slow``: long runs, deselect with ``-m "not slow"``.
 """
 
@@ -34,6 +35,7 @@ MARKERS = {
     "jax": "needs jax (cross-checks gradients against jax.grad)",
     "native": "needs numba (the native backend)",
     "ml": "needs an ML framework (PyTorch / ONNX)",
+    "fortran": "needs gfortran and fparser (the Fortran front door, checked against gfortran)",
 }
 
 

@@ -161,3 +161,48 @@ def eye_written_with_active_values(x):
 
 def test_constant_made_inside_and_written_needs_no_adjoint_rule(backend):
     check_grad(eye_written_with_active_values, (np.array([0.3, 0.7, 0.4, 0.9]),), backend=backend)
+
+
+# ---------------------------------------------------------------- ufuncs writing into out=
+
+
+def ufunc_into_its_operand(x):
+    np.sin(x, out=x)
+    return np.sum(x * x)
+
+
+def ufuncs_into_other_arrays(x):
+    y = np.zeros_like(x)
+    np.multiply(x, x, out=y)
+    np.add(y, x, out=x)
+    return np.sum(x * y)
+
+
+def ufunc_out_positional_where_and_views(x):
+    y = np.empty_like(x)
+    np.exp(x, y)
+    np.multiply(x, 2.0, out=x, where=x > 0.5)
+    np.tanh(x[1:], out=x[:-1])                   # reads ahead of what it writes: right side first
+    return np.sum(x * y)
+
+
+def ufunc_out_tuple_returns_the_array(x):
+    r = np.add(x, 1.0, out=(x,))
+    return np.sum(r * x)
+
+
+@pytest.mark.parametrize("fn", [ufunc_into_its_operand, ufuncs_into_other_arrays, ufunc_out_positional_where_and_views,
+                                ufunc_out_tuple_returns_the_array], ids=lambda f: f.__name__)
+def test_ufunc_out_writes_in_place(fn, backend):
+    x = np.array([0.3, 0.7, 0.4, 0.9])
+    check_forward(fn, (x,), backend)
+    check_grad(fn, (x,), backend=backend)
+
+
+def test_ufunc_where_without_out_is_refused():
+    import flowgrad
+
+    def f(x):
+        return np.sum(np.sin(x, where=x > 0))
+    with pytest.raises(flowgrad.UnsupportedError, match=r"test_inplace_adjoints.py:\d+: unsupported np.sin\(..., where=...\) without out="):
+        flowgrad.grad(f, backend="numpy")(np.ones(3))

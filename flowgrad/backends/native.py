@@ -20,6 +20,7 @@ from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, 
                        Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr, same_ref,
                        stmt_reads, stmt_writes, walk)
 from ..ir.printer import expr_text
+from . import Located
 from .native_calls import (CALL_LOWERING, _scalar_type, lower_product_sum, new_array, reduction_start, row_reduction,
                            whole_reduction)
 from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _placed_reads, _product_sums,
@@ -84,7 +85,7 @@ def _smaller(shape, space):
 
 
 
-class Lowering:
+class Lowering(Located):
     """Emits Numba-compilable source for a list of IR statements."""
 
     def __init__(self, containers, body=()):
@@ -722,14 +723,6 @@ class Lowering:
                     same_expr(it.size, c.shape[axis]) and same_expr(it.size, space[len(space) - k + j])):
                 return False
         return True
-
-    def stmt(self, s, ind):
-        outer = self.loc
-        self.loc = getattr(s, "loc", None) or outer
-        try:
-            self._stmt(s, ind)
-        finally:
-            self.loc = outer
 
     def _stmt(self, s, ind):
         if isinstance(s, Assign):

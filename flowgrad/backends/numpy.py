@@ -11,6 +11,7 @@ import functools
 import numpy as np
 
 from ..autodiff.rules import CALLS
+from . import Located
 from ..ir.core import (Assign, Call, Const, Expr, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
                        While, const_value, iter_reads)
 
@@ -125,7 +126,7 @@ def _attr_src(v):
     return v
 
 
-class Emitter:
+class Emitter(Located):
     def __init__(self):
         self.lines = []
         self.loc = None          # the user's line of the statement being emitted
@@ -147,14 +148,6 @@ class Emitter:
             self.line("pass", indent)
         for s in stmts:
             self.stmt(s, indent)
-
-    def stmt(self, s, ind):
-        outer = self.loc
-        self.loc = getattr(s, "loc", None) or outer
-        try:
-            self._stmt(s, ind)
-        finally:
-            self.loc = outer
 
     def _stmt(self, s, ind):
         if isinstance(s, Assign):

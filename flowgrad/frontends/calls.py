@@ -155,6 +155,8 @@ class CallExpressions:
             return self.inline(fn.__func__, [fn.__self__] + list(args), kwargs, loc)
         if objects.is_user_class(fn):
             return objects.construct(self, fn, args, kwargs, loc)
+        if hasattr(fn, "_flowgrad_inline"):     # a program object (from_fortran) lowers itself here
+            return fn._flowgrad_inline(self, args, kwargs, loc)
         if getattr(fn, "_flowgrad_transform", False):
             raise unsupported(loc, f"calling the flowgrad transform {name}() inside a function flowgrad captures",
                               "nesting flowgrad transforms (grad of grad) is not supported yet: call it outside, "

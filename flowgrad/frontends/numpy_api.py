@@ -11,7 +11,7 @@ import types
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import (BOOL, CASTS, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref,
+from ..ir.core import (BOOL, CASTS, ELEMENTWISE, F64, I64, Assign, Call, Const, Expr, NewAxis, Read, Ref,
                        const_value, is_weak, op, same_expr, scalar)
 from . import indexing
 
@@ -667,9 +667,7 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
             raise
     ufunc = _ufunc_name(fn)
     if ufunc is not None:
-        if kwargs:
-            raise unsupported(loc, f"keyword arguments to {label}", "pass operands positionally")
-        return _elementwise(fe, ufunc, args, loc)
+        return _ufunc_call(fe, ufunc, label, args, kwargs, loc)
     if fn is math.log:
         if len(args) == 2:
             return fe.binop("divide", _elementwise(fe, "log", [args[0]], loc), math.log(args[1]), loc)
@@ -686,6 +684,45 @@ def call_function(fe, fn, args, kwargs, loc, name=None):
     raise unsupported(loc, f"call to {label}",
                       "flowgrad supports NumPy array functions, math.* and plain Python helpers; "
                       "compute this outside the differentiated function")
+
+
+def _ufunc_call(fe, name, label, args, kwargs, loc):
+    """A NumPy ufunc: its value, or with ``out=`` (a keyword or the argument after the operands)
+    that value written into ``out`` (where ``where=`` holds), which is what it returns: the
+    right side first, as NumPy computes it (``np.sin(x, out=x)``)."""
+    arity = ELEMENTWISE[name][0]
+    out = kwargs.pop("out", None)
+    where = kwargs.pop("where", True)
+    dtype = kwargs.pop("dtype", None)
+    if kwargs:
+        raise unsupported(loc, f"keyword argument{'s' if len(kwargs) > 1 else ''} {', '.join(kwargs)} to {label}",
+                          "pass the operands, and out=, where= or dtype= only")
+    if len(args) > arity:
+        if out is not None or len(args) > arity + 1:
+            raise FlowgradError(f"{loc}: {label} takes {arity} operand{'s' if arity > 1 else ''} and out")
+        args, out = args[:arity], args[arity]
+    value = _elementwise(fe, name, args, loc)
+    if dtype is not None:
+        if np.dtype(dtype).name not in CASTS:
+            raise unsupported(loc, f"{label}(..., dtype={np.dtype(dtype).name})", "use float64, float32, int64, int32 or bool")
+        value = op(np.dtype(dtype).name, fe.to_expr(value, loc))
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise FlowgradError(f"{loc}: {label} has one output, out= gives {len(out)}")
+        out = out[0]
+    if out is None:
+        if where is not True:
+            raise unsupported(loc, f"{label}(..., where=...) without out=",
+                              "give out= (NumPy leaves the other elements uninitialised), or use np.where")
+        return value
+    target = indexing._target(fe, out, loc)
+    if not target.shape:
+        raise FlowgradError(f"{loc}: out= must be an array")
+    e = fe.to_expr(value, loc)
+    if where is not True:
+        e = op("where", fe.to_expr(where, loc), e, target)
+    fe.write_ref(target.ref, e, loc)
+    return target
 
 
 def _ufunc_name(fn):
