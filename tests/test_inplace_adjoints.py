@@ -206,3 +206,31 @@ def test_ufunc_where_without_out_is_refused():
         return np.sum(np.sin(x, where=x > 0))
     with pytest.raises(flowgrad.UnsupportedError, match=r"test_inplace_adjoints.py:\d+: unsupported np.sin\(..., where=...\) without out="):
         flowgrad.grad(f, backend="numpy")(np.ones(3))
+
+
+# ---------------------------------------------------------------- found by random programs
+
+
+def element_copied_into_a_run_time_slice(x, k):
+    x[k:k + 1] = x[3:4]             # its adjoint is summed to one element, then the slice cleared
+    return np.sum(x * x)
+
+
+def augmented_element_read_before_the_right_side(A):
+    def sweep(u):
+        for i in range(1, u.shape[0] - 1):
+            u[i, 1] = 0.5 * u[i, 1] + 0.25 * np.sin(u[i - 1, 1])
+        return np.sum(u)
+    A[2, 1] += 0.4 * np.tanh(sweep(A))    # Python reads A[2, 1] before the helper writes it
+    return np.sum(A * A)
+
+
+def test_adjoint_summed_to_an_element_is_its_own_array(backend):
+    check_grad(element_copied_into_a_run_time_slice, (np.array([0.1, 0.2, 0.3, 0.4]), 1), wrt="x",
+               backend=backend)
+
+
+def test_augmented_element_keeps_the_value_before_the_right_side(backend):
+    A = np.linspace(-0.5, 0.7, 12).reshape(4, 3)
+    check_forward(augmented_element_read_before_the_right_side, (A,), backend)
+    check_grad(augmented_element_read_before_the_right_side, (A,), backend=backend)

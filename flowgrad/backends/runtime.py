@@ -24,8 +24,10 @@ def trigamma(x):
 
 
 def sum_to(x, shape, full):
-    """Sum ``x``, broadcast to ``full``, back down to ``shape`` (the adjoint of broadcasting)."""
-    x = np.broadcast_to(np.asarray(x), tuple(int(d) for d in full))
+    """Sum ``x``, broadcast to ``full``, back down to ``shape`` (the adjoint of broadcasting): a
+    new array, never ``x`` itself (a Call's output is memory of its own; an adjoint view passed
+    through as it was would be cleared with it)."""
+    x = np.broadcast_to(np.array(x), tuple(int(d) for d in full))
     shape = tuple(int(d) for d in shape)
     lead = x.ndim - len(shape)
     if lead > 0:

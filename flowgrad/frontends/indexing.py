@@ -416,6 +416,17 @@ def _check_value_shape(value, into, loc):
                             f"to indexing result of shape {text[1]}")
 
 
+def element(fe, base, index, loc):
+    """``base[index]`` where it picks one element of an array by basic indexing (a value NumPy
+    copies out), else None (a view, which NumPy shares, or an advanced index)."""
+    idx = index if isinstance(index, tuple) else (index,)
+    if not (isinstance(base, Read) and base.ref.container.ndim and base.shape) or \
+            any(_is_bool_mask(i) or _is_array_index(i) for i in idx):
+        return None
+    e = Read(view(base.ref, index, loc, _facts(fe)))
+    return e if e.shape == () else None
+
+
 def augmented_setitem(fe, base, index, opname, rhs, loc):
     """``base[index] op= rhs``: NumPy reads base[index], combines, then writes it back."""
     base = _target(fe, base, loc)

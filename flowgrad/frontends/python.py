@@ -356,8 +356,25 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         opname = _BINOPS.get(type(node.op))
         if opname is None:
             raise unsupported(loc, f"augmented assignment {type(node.op).__name__}", "write x = x <op> y")
-        rhs = self.eval(node.value, frame)
         target = node.target
+        if isinstance(target, ast.Subscript):
+            # Python reads ``base[index]`` before it evaluates the right side
+            base = self.eval(target.value, frame)
+            index = self.eval_index(target.slice, frame)
+            if isinstance(base, (list, dict, tuple)):
+                cur = self.eval(target, frame)
+                rhs = self.eval(node.value, frame)
+                pybuiltins.setitem(self, base, index, self.binop(opname, cur, rhs, loc), loc, _call_name(target))
+                return
+            _check_not_outside(base, target, loc)
+            element = indexing.element(self, base, index, loc)
+            held, rhs = self.then([element], lambda: self.eval(node.value, frame))
+            if held[0] is not element:       # the right side wrote it (``A[4] += h(A)``): the value before
+                indexing.setitem(self, base, index, self.binop(opname, held[0], rhs, loc), loc)
+                return
+            indexing.augmented_setitem(self, base, index, opname, rhs, loc)
+            return
+        rhs = self.eval(node.value, frame)
         if isinstance(target, ast.Name):
             cur = self.lookup(target.id, frame, target)
             if isinstance(cur, Read) and cur.ref.container.ndim and cur.shape != ():
@@ -370,16 +387,6 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
                 cur[:] = new
                 return
             self.assign(target, self.binop(opname, cur, rhs, loc), frame, node)
-            return
-        if isinstance(target, ast.Subscript):
-            base = self.eval(target.value, frame)
-            index = self.eval_index(target.slice, frame)
-            if isinstance(base, (list, dict, tuple)):
-                cur = self.eval(target, frame)
-                pybuiltins.setitem(self, base, index, self.binop(opname, cur, rhs, loc), loc, _call_name(target))
-                return
-            _check_not_outside(base, target, loc)
-            indexing.augmented_setitem(self, base, index, opname, rhs, loc)
             return
         if isinstance(target, ast.Attribute):
             obj = self.eval(target.value, frame)
