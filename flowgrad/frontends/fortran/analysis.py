@@ -42,6 +42,14 @@ def resolve(library, proc, name, seen=None):
     return library.procs.get(name)
 
 
+def used_name(name, only, renames):
+    """The name in a module that ``name`` stands for through ``USE module[, ONLY: ...][, renames]``,
+    or None when that USE does not bring it."""
+    if only is not None:
+        return next((r for l, r in only if l == name), None)
+    return next((r for l, r in renames if l == name), name)
+
+
 def _in_unit(library, unit, name, seen):
     if hasattr(unit, "procs") and name in unit.procs:
         return unit.procs[name]
@@ -56,11 +64,7 @@ def _in_unit(library, unit, name, seen):
     for module, only, renames in decls.uses:
         if module in seen or module not in library.modules:
             continue
-        remote = name
-        if only is not None:
-            remote = next((r for l, r in only if l == name), None)
-        else:
-            remote = next((r for l, r in renames if l == name), name)
+        remote = used_name(name, only, renames)
         if remote is None:
             continue
         found = _in_unit(library, library.modules[module], remote, seen | {module})
@@ -235,11 +239,7 @@ def _var_in(library, unit, name, seen, own):
     for module, only, renames in decls.uses:
         if module in seen or module not in library.modules:
             continue
-        remote = name
-        if only is not None:
-            remote = next((r for l, r in only if l == name), None)
-        else:
-            remote = next((r for l, r in renames if l == name), name)
+        remote = used_name(name, only, renames)
         if remote is None:
             continue
         hit = _var_in(library, library.modules[module], remote, seen | {module}, True)

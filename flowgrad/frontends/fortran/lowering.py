@@ -14,6 +14,7 @@ from ...errors import unsupported
 from ...ir.core import Assign, Const, Expr, Read, Ref, const_value, iter_reads
 from .calls import CallLowering
 from .exprs import ExprLowering, const, convert, fold
+from .analysis import used_name
 from .scope import ArrayView, Value, Var, declarations, implicit_rules
 from .source import _fparser
 from .stmts import StmtLowering
@@ -227,11 +228,7 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
         for module, only, renames in s.decls.uses:
             if module in seen:
                 continue
-            remote = None
-            if only is not None:
-                remote = next((r for l, r in only if l == name), None)
-            else:
-                remote = next((r for l, r in renames if l == name), name)
+            remote = used_name(name, only, renames)
             if remote is None:
                 continue
             ms = self.module_scope(module)
