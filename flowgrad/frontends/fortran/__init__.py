@@ -12,6 +12,7 @@ module (the program object).
 from __future__ import annotations
 
 import inspect
+import keyword
 
 import numpy as np
 
@@ -62,7 +63,9 @@ class FortranProgram:
         for d in reversed(proc.dummies):
             optional = decls.get(d) is not None and (decls[d].optional or decls[d].intent == "out")
             trailing = trailing and optional
-            params.insert(0, inspect.Parameter(d, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            # a dummy named like a Python keyword (IN, IS, LAMBDA) is passed by keyword as in_, is_, lambda_
+            params.insert(0, inspect.Parameter(d + "_" if keyword.iskeyword(d) else d,
+                                               inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                default=None if trailing else inspect.Parameter.empty))
         self.__signature__ = inspect.Signature(params)
         self._entries = {} if entries is None else entries
@@ -118,10 +121,9 @@ class FortranProgram:
             if default is None:
                 raise InputError(f"module variable {path} has no initial value: pass it in modules= "
                                  f"(the program reads {', '.join(self.module_inputs)})")
-            value = default.value
             if shape:
-                return np.full(shape, value, dtype=c.dtype).T.copy()
-            return c.dtype.type(value)
+                return default.T.copy()
+            return c.dtype.type(default)
         value = np.asarray(given, dtype=c.dtype)
         if shape is not None and value.shape != tuple(shape):
             raise InputError(f"module variable {path} has shape {tuple(shape)}, but modules= gives {value.shape}")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import unsupported
-from ...ir.core import BOOL, I64, Call, Read, Ref, const_value
+from ...ir.core import BOOL, I64, Call, Read, Ref, as_expr, const_value
 from .. import numpy_api
-from .exprs import Text, const, convert, fortran_mod, mk, numeric_type
+from .exprs import Text, const, convert, fortran_mod, int_div, mk, numeric_type
 from .scope import Absent, Var
 from .types import F32, F64, TypeSpec, machine, selected_int_kind, selected_real_kind
 
@@ -128,7 +128,19 @@ def _sign(lo, a):
     dt = numeric_type(x.dtype, y.dtype)
     x, y = convert(x, dt), convert(y, dt)
     ax = mk("abs", x)
-    return mk("where", mk("greater_equal", y, const(0, dt)), ax, mk("negative", ax))
+    return mk("where", _negative(y), mk("negative", ax), ax)
+
+
+def _negative(y):
+    """Whether ``y`` is below zero or, a REAL, negative zero: SIGN(1.0, -0.0) is -1.0 where the
+    processor has signed zeros, as gfortran's does. -0.0 < 0 is false; its sign shows in
+    ATAN2(-0.0, -1.0) = -pi (ATAN2(+0.0, -1.0) = pi), only evaluated at zero."""
+    below = mk("less", y, const(0, y.dtype))
+    if y.dtype.kind != "f":
+        return below
+    zero = const(0, y.dtype)
+    return mk("logical_or", below, mk("logical_and", mk("equal", y, zero),
+                                      mk("less", mk("arctan2", y, const(-1, y.dtype)), zero)))
 
 
 def _mod(lo, a):
@@ -250,19 +262,24 @@ def _all(lo, a):
 
 
 def _loc(name):
+    """MAXLOC/MINLOC: the first position of the extreme, Fortran subscripts counted from 1. Along
+    ``DIM`` one position per remaining element; else the subscripts of the extreme, unravelled
+    from its array element order position (the IR's flat position: axes run reversed)."""
     def handler(lo, a):
         x = a["array"]
         if a.get("mask") is not None:
             raise unsupported(lo.loc, f"{name.upper()} with MASK=", "select the elements first")
-        if len(x.shape) != 1:
-            raise unsupported(lo.loc, f"{name.upper()} of a rank-{len(x.shape)} array", "use rank-1 arrays")
-        x = lo.whole(x)
-        out = lo.temp(name, I64, ())
-        lo.emit(Call("argmax" if name == "maxloc" else "argmin", [x], [out], {"axis": None}, loc=lo.loc))
-        pos = mk("add", Read(Ref(out, ())), const(1))
+        if x.shape == ():
+            raise unsupported(lo.loc, f"{name.upper()} of a scalar", "its argument must be an array")
+        arg = "argmax" if name == "maxloc" else "argmin"
         if a.get("dim") is not None:
-            return pos
-        return lo.construct([pos])
+            return mk("add", numpy_api.reduce(lo, arg, lo.whole(x), _axis(lo, x, a["dim"]), False, lo.loc), const(1))
+        flat = numpy_api.reduce(lo, arg, lo.whole(x), None, False, lo.loc)
+        subscripts, stride = [], const(1)
+        for extent in reversed(x.shape):
+            subscripts.append(mk("add", fortran_mod(int_div(flat, stride), as_expr(extent)), const(1)))
+            stride = mk("multiply", stride, as_expr(extent))
+        return lo.construct(subscripts)
     return handler
 
 

@@ -332,9 +332,17 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
                               "this is a flowgrad bug")
         return self.make_local(scope, d, d.name, d.type_node)
 
-    def parameter(self, scope, d):
+    def parameter(self, scope, d, init=None):
+        """A PARAMETER's binding: a ``Value``, a read-only constant array, or a record of constant
+        components. ``init``: (scope, node) of its value, where not ``d.init`` read in ``scope``."""
+        iscope, node = init or (scope, d.init)
         tspec = self.tspec(scope, d.type_node, d.name)
-        v = self.in_scope(scope, self.value, d.init)
+        if tspec.base == "type":
+            return self.record(scope, d.name, tspec, d, self._constant_field, init=(iscope, node))
+        if node is None:
+            raise unsupported(scope.unit.loc(d.node), f"PARAMETER {d.name} without a value",
+                              "give every component a value in the structure constructor")
+        v = self.in_scope(iscope, self.value, node)
         if d.dims is not None:
             dims = self.eval_dims(scope, d)
             values = self.const_values(v) if v.shape != () else None
@@ -354,6 +362,9 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
         if not isinstance(v, Const):
             raise unsupported(scope.unit.loc(d.node), f"PARAMETER {d.name}", "its value must be a constant expression")
         return Value(v, tspec)
+
+    def _constant_field(self, var, comp, cdecl, owner):
+        return self.parameter(owner, cdecl, field_init(var, comp, cdecl, owner))
 
     def eval_dims(self, scope, d):
         """[(lower bound, extent)] of an explicit-shape declaration, evaluated in ``scope``."""
@@ -446,8 +457,10 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
             return e
         return self.materialize(e, "extent")
 
-    def record(self, scope, name, tspec, d, make_field=None):
-        """A derived-type variable: its components are made on first use (``ensure_field``)."""
+    def record(self, scope, name, tspec, d, make_field=None, init=None):
+        """A derived-type variable: its components are made on first use (``ensure_field``), from
+        the structure constructor that initialises it (``init``: (scope, node), by default
+        ``d.init`` in ``scope``), else from their default values."""
         if d is not None and d.dims is not None:
             raise unsupported(self.loc, f"array of derived type TYPE({tspec.derived}) {name}",
                               "use a derived type whose components are arrays")
@@ -455,16 +468,41 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
         comps = _components(self, owner, tdef)
         var = Var(name, tspec, fields={c: None for c in comps}, decl=d)
         var.source = (owner, comps, make_field or self._local_field(scope))
+        iscope, node = init or (scope, d.init if d is not None else None)
+        var.inits = {} if node is None else self.constructor_values(iscope, tspec, comps, node)
         return var
+
+    def constructor_values(self, scope, tspec, comps, node):
+        """Component -> (scope, value node) of the structure constructor ``node`` of TYPE(tspec)."""
+        F = _fparser()[2]
+        if not isinstance(node, F.Structure_Constructor) or str(node.children[0]).lower() != tspec.derived:
+            raise unsupported(self.loc, f"initial value {node} of a TYPE({tspec.derived}) variable",
+                              f"initialise it with a structure constructor {tspec.derived}(...)")
+        names, out = list(comps), {}
+        items = node.children[1].children if node.children[1] is not None else ()
+        for k, item in enumerate(items):
+            if isinstance(item, F.Component_Spec):
+                comp, value = str(item.children[0]).lower(), item.children[1]
+            elif k < len(names):
+                comp, value = names[k], item
+            else:
+                raise unsupported(self.loc, f"structure constructor {node}", f"TYPE({tspec.derived}) has "
+                                  f"{len(names)} components")
+            if comp not in comps:
+                raise unsupported(self.loc, f"component {comp} in {node}", f"TYPE({tspec.derived}) has no such component")
+            out[comp] = (scope, value)
+        return out
 
     def _local_field(self, frame):
         def make(var, comp, cdecl, owner):
             tspec = self.tspec(owner, cdecl.type_node, cdecl.name)
+            iscope, node = field_init(var, comp, cdecl, owner)
             with _Prologue(self, frame):
                 if tspec.base == "type":
-                    return self.record(owner, f"{var.name}_{comp}", tspec, cdecl, self._local_field(frame))
+                    return self.record(owner, f"{var.name}_{comp}", tspec, cdecl, self._local_field(frame),
+                                       init=(iscope, node))
                 dtype = tspec.dtype(self.loc)
-                init = None if cdecl.init is None else self.in_scope(owner, self.value, cdecl.init)
+                init = None if node is None else self.in_scope(iscope, self.value, node)
                 if cdecl.dims is not None:
                     if cdecl.allocatable or cdecl.pointer:
                         return Var(comp, tspec, view=None, decl=cdecl)
@@ -546,6 +584,12 @@ class _Prologue:
     def __exit__(self, *exc):
         self.lo.blocks.pop()
         self.lo.frame = self.saved
+
+
+def field_init(var, comp, cdecl, owner):
+    """(scope, node) of the initial value of component ``comp`` of record ``var``: the structure
+    constructor's value where one initialises the record, else the component's default."""
+    return var.inits.get(comp, (owner, cdecl.init))
 
 
 def _components(lo, owner, tdef):

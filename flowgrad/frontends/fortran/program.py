@@ -19,7 +19,7 @@ from .. import Captured
 from ..python import Namer
 from .analysis import written_names
 from .exprs import const, convert, fold
-from .lowering import Frame, Lowering
+from .lowering import Frame, Lowering, field_init
 from .scope import Absent, ArrayView, Value, Var, extent
 from .types import F32, F64
 
@@ -97,16 +97,17 @@ class Capture:
         loc = scope.unit.loc(d.node)
         if tspec.base == "type":
             return lo.record(scope, d.name, tspec, d, self._module_field(path))
-        return self._input_var(lo, scope, d, path, tspec, loc, d.dims, d.init)
+        return self._input_var(lo, scope, d, path, tspec, loc, (scope, d.init))
 
     def _module_field(self, path):
         def make(var, comp, cdecl, owner):
             lo = self.lo
             tspec = lo.tspec(owner, cdecl.type_node, cdecl.name)
             sub = f"{path}.{comp}"
+            init = field_init(var, comp, cdecl, owner)
             if tspec.base == "type":
-                return lo.record(owner, cdecl.name, tspec, cdecl, self._module_field(sub))
-            return self._input_var(lo, owner, cdecl, sub, tspec, owner.unit.loc(cdecl.node), cdecl.dims, cdecl.init)
+                return lo.record(owner, cdecl.name, tspec, cdecl, self._module_field(sub), init=init)
+            return self._input_var(lo, owner, cdecl, sub, tspec, owner.unit.loc(cdecl.node), init)
         return make
 
     def _given(self, path):
@@ -123,16 +124,24 @@ class Capture:
             node = found
         return node
 
-    def _input_var(self, lo, scope, d, path, tspec, loc, dims, init):
+    def _input_var(self, lo, scope, d, path, tspec, loc, init):
+        """Module variable ``path`` declared by ``d`` in ``scope``, initialised by ``init``: (scope,
+        node); its default is that value (a NumPy scalar or array in Fortran's shape), or None."""
         dtype = tspec.dtype(loc)
+        dims = d.dims
         default = None
-        if init is not None:
-            v = fold(convert(lo.in_scope(scope, lo.value, init), dtype))
-            default = v
+        iscope, node = init
+        if node is not None:
+            v = fold(convert(lo.in_scope(iscope, lo.value, node), dtype))
+            default = v.value if isinstance(v, Const) else lo.const_values(v)
+            if default is None:
+                raise unsupported(loc, f"initial value of module variable {path}", "it must be a constant")
         given = self._given(path)
         if dims is None:
             if not self.standalone:
-                value = default if given is _MISSING else const(np.asarray(given, dtype=dtype)[()], dtype)
+                value = given if given is not _MISSING else default
+                if value is not None:
+                    value = const(np.asarray(value, dtype=dtype)[()], dtype)
                 if value is None:
                     raise InputError(f"module variable {path} has no initial value: give it in modules=")
                 return Value(value, tspec)
@@ -155,13 +164,14 @@ class Capture:
             if None in shape:
                 raise unsupported(loc, f"module array {path} with bounds known only at run time", "use constants")
             lbounds = [lb for lb, e in bounds]
-        if default is not None and default.shape != ():
-            default = None if not isinstance(default, Const) else default
+        if default is not None:
+            default = np.reshape(np.asarray(default, dtype=dtype), shape, order="F") if np.size(default) > 1 \
+                else np.full(shape, np.ravel(default)[0], dtype=dtype)
         if not self.standalone:
             if given is _MISSING:
                 if default is None:
                     raise InputError(f"module array {path} has no initial value: give it in modules=")
-                value = np.full(shape, default.value, dtype=dtype)
+                value = default
             else:
                 value = np.asarray(given, dtype=dtype)
             read = lo.const_array(value)

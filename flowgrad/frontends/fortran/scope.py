@@ -123,13 +123,14 @@ class Var:
     """A variable: its type and its storage, an ``ArrayView``, a scalar ``Ref``, or (a derived
     type) a dict of component ``Var``s. ``view`` is None for an array not yet allocated."""
 
-    __slots__ = ("name", "tspec", "view", "ref", "fields", "readonly", "decl", "source")
+    __slots__ = ("name", "tspec", "view", "ref", "fields", "readonly", "decl", "source", "inits")
 
     def __init__(self, name, tspec, view=None, ref=None, fields=None, readonly=False, decl=None):
         self.name, self.tspec = name, tspec
         self.view, self.ref, self.fields = view, ref, fields
         self.readonly, self.decl = readonly, decl
         self.source = None          # a module input's path, for messages
+        self.inits = {}             # a record's component -> (scope, node) of its initial value
 
     @property
     def is_array(self):

@@ -165,6 +165,24 @@ class StmtLowering:
                               "Fortran does not allow it; use another variable")
 
     def assign_record(self, target, rhs):
+        F = _fparser()[2]
+        if isinstance(rhs, F.Structure_Constructor):
+            owner, comps, _ = target.source
+            values = self.constructor_values(self.frame, target.tspec, comps, rhs)
+            for comp, cdecl in comps.items():
+                scope, node = values.get(comp, (owner, cdecl.init))
+                if node is None:
+                    raise unsupported(self.loc, f"structure constructor {rhs} without component {comp}",
+                                      "give every component without a default value")
+                dst = self.ensure_field(target, comp)
+                if dst.is_record:
+                    raise unsupported(self.loc, f"structure constructor for TYPE({target.tspec.derived}), which has "
+                                      f"derived-type component {comp}", "assign the components one by one")
+                value = self.in_scope(scope, self.value, node)
+                self.emit(Assign(dst.view.ref() if dst.is_array else dst.ref,
+                                 convert(value, (dst.view.container if dst.is_array else dst.ref.container).dtype),
+                                 loc=self.loc))
+            return
         kind, source = self.designate(rhs)
         if kind != "record" or source.tspec.derived != target.tspec.derived:
             raise unsupported(self.loc, f"assignment of {rhs} to TYPE({target.tspec.derived}) variable",
@@ -175,7 +193,9 @@ class StmtLowering:
             self._copy_var(dst, src)
 
     def _copy_var(self, dst, src):
-        if dst.is_record:
+        if isinstance(src, Value):          # a component of a PARAMETER record
+            self.emit(Assign(dst.ref, convert(src.expr, dst.ref.container.dtype), loc=self.loc))
+        elif dst.is_record:
             for comp in dst.fields:
                 self._copy_var(self.ensure_field(dst, comp), self.ensure_field(src, comp))
         elif dst.is_array:
@@ -240,11 +260,9 @@ class StmtLowering:
         F = _fparser()[2]
         sel_node = s.children[0].children[0]
         sel = self.ex(sel_node)
-        if isinstance(sel, Text):
-            raise unsupported(self.loc, "SELECT CASE on a character value", "select on an integer code")
-        if sel.shape != () or sel.dtype.kind == "f":
+        if not isinstance(sel, Text) and (sel.shape != () or sel.dtype.kind == "f"):
             raise unsupported(self.loc, "SELECT CASE on a real or array value", "select on an integer or LOGICAL")
-        if not isinstance(fold(sel), Const):
+        if not isinstance(sel, Text) and not isinstance(fold(sel), Const):
             sel = self.materialize(sel, "case")
         arms, default = [], None
         current = None
@@ -267,6 +285,8 @@ class StmtLowering:
 
     def _case_cond(self, sel, values):
         F = _fparser()[2]
+        if isinstance(sel, Text):
+            return const(any(self._text_case(sel.value, v) for v in values.children))
         cond = None
         for v in values.children:
             if isinstance(v, F.Case_Value_Range):
@@ -282,6 +302,18 @@ class StmtLowering:
                 c = mk("equal", sel, x if sel.dtype == BOOL else convert(x, sel.dtype))
             cond = c if cond is None else mk("logical_or", cond, c)
         return cond
+
+    def _text_case(self, sel, v):
+        """Whether the character constant ``sel`` matches the case value or range ``v``: Fortran
+        compares strings padded with blanks to the same length."""
+        F = _fparser()[2]
+        bounds = v.children if isinstance(v, F.Case_Value_Range) else (v, v)
+        texts = [None if b is None else self.ex(b) for b in bounds]
+        if any(t is not None and not isinstance(t, Text) for t in texts):
+            raise unsupported(self.loc, f"CASE ({v}) of a character selector", "give character constants")
+        width = max([len(sel)] + [len(t.value) for t in texts if t is not None])
+        lo, hi = (None if t is None else t.value.ljust(width) for t in texts)
+        return (lo is None or lo <= sel.ljust(width)) and (hi is None or sel.ljust(width) <= hi)
 
     # ------------------------------------------------------------ loops
 
