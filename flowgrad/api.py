@@ -305,8 +305,11 @@ class _Transform:
                 names.append(self.params[w])
             elif isinstance(w, str):
                 if w not in self.params:
-                    raise InputError(f"wrt name {w!r} is not an argument of {self.__name__}; "
-                                     f"its arguments are: {', '.join(self.params)}")
+                    extra = _input_name(self.fn, w)
+                    if extra is None:
+                        raise InputError(f"wrt name {w!r} is not an argument of {self.__name__}; "
+                                         f"its arguments are: {', '.join(self.params)}")
+                    w = extra
                 names.append(w)
             else:
                 raise InputError(f"wrt entries must be argument names or positions, not {w!r} (wrt={wrt!r}; "
@@ -314,7 +317,8 @@ class _Transform:
                                  "tuple of them")
         arguments = self.bind(args) if arguments is None else arguments
         for n in names:
-            _check_wrt_value(n, arguments[n])
+            if n in arguments:
+                _check_wrt_value(n, arguments[n])
         return tuple(names), single
 
     def planned(self, args, entry=None):
@@ -427,9 +431,17 @@ def _run_vjp(entry, args, ckpt_values=None):
     return entry.func(*entry.call_args(args, ckpt_values))
 
 
-def _format_grads(entry, grads, wrt, single, args_by_name):
+def _input_name(fn, name):
+    """``name`` as an input of program object ``fn`` other than its arguments (a Fortran module
+    variable, ``"module.name"``), else None."""
+    find = getattr(fn, "_flowgrad_input_name", None)
+    return None if find is None else find(name)
+
+
+def _format_grads(entry, grads, wrt, single, args_by_name, fn=None):
     """The gradients as the caller gets them: one per ``wrt`` argument, a pytree argument's as a
-    tree of its structure (integer leaves get zeros, static leaves stay as they are)."""
+    tree of its structure (integer leaves get zeros, static leaves stay as they are); an input of
+    program object ``fn`` other than its arguments as ``fn`` gives it."""
     out, arrays = [], []
 
     def leaf(g, v):
@@ -443,6 +455,10 @@ def _format_grads(entry, grads, wrt, single, args_by_name):
 
     pos = 0
     for name, picks in zip(wrt, entry.wrt_layout):
+        if name not in args_by_name:
+            out.append(fn._flowgrad_input_grad(grads[pos]))
+            pos += 1
+            continue
         v = args_by_name[name]
         if picks is None:
             out.append(leaf(grads[pos], v))
@@ -520,7 +536,7 @@ class value_and_grad(_Transform):
         wrt, single = self.wrt_names(args, arguments)
         value, pullback = _run_vjp(entry, args, ckpt)
         grads = pullback(1.0)
-        return float(value), _format_grads(entry, grads, wrt, single, arguments)
+        return float(value), _format_grads(entry, grads, wrt, single, arguments, self.fn)
 
 
 class grad(value_and_grad):

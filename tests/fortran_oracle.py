@@ -77,3 +77,13 @@ def check_program(prog, oracle, args, backend, rtol=1e-12, atol=1e-12, grad=True
     scale = max(abs(fd), abs(ad), 1e-8)
     assert abs(fd - ad) <= grad_rtol * scale + 1e-7, f"vjp {ad} vs central differences {fd}"
     return got
+
+
+def check_source(src, entry, args, backend, include_dirs=(), defines=None, **kw):
+    """``check_program`` of ``entry`` in Fortran source ``src`` (text or paths) against its gfortran
+    build; returns (program, oracle)."""
+    import flowgrad
+    prog = flowgrad.from_fortran(src, entry, include_dirs=include_dirs, defines=defines)
+    oracle = Gfortran(prog, src, include_dirs=include_dirs, defines=defines)
+    check_program(prog, oracle, args, backend, **kw)
+    return prog, oracle

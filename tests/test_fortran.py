@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import have_module
-from fortran_oracle import Gfortran, check_program, needs_fortran
+from fortran_oracle import Gfortran, check_program, check_source, needs_fortran
 
 pytestmark = needs_fortran
 
@@ -15,13 +15,6 @@ pytestmark = needs_fortran
 def fortran(src, entry, **kw):
     import flowgrad
     return flowgrad.from_fortran(src, entry, **kw)
-
-
-def check(src, entry, args, backend, include_dirs=(), defines=None, **kw):
-    prog = fortran(src, entry, include_dirs=include_dirs, defines=defines)
-    oracle = Gfortran(prog, src, include_dirs=include_dirs, defines=defines)
-    check_program(prog, oracle, args, backend, **kw)
-    return prog, oracle
 
 
 RNG = np.random.default_rng(0)
@@ -61,7 +54,7 @@ end subroutine
 
 def test_integer_division_mod_modulo_sign_and_loop_counts(backend):
     x = np.array([-1.9, -1.1, 0.13, 0.95, 1.77])
-    prog, _ = check(INTEGER_ARITHMETIC, "intdiv", (5, -11, x, np.zeros(5), np.zeros(8, np.int32)), backend)
+    prog, _ = check_source(INTEGER_ARITHMETIC, "intdiv", (5, -11, x, np.zeros(5), np.zeros(8, np.int32)), backend)
     _, iout = prog(5, -11, x, backend=backend)
     # -7/2 = -3 (truncated), mod(-7,3) = -1, modulo(-7,3) = 2; DO 10,1,-3 runs 10,7,4,1 and leaves i = -2
     assert list(iout[:4]) == [-3, -3, -1, 2] and iout[6] == 22 * 100 - 2 and iout.dtype == np.int32
@@ -117,7 +110,7 @@ end subroutine
 
 
 def test_control_flow_exit_cycle_named_loops_select_case_do_while(backend):
-    check(CONTROL, "ctrl", (7, RNG.uniform(-1, 1, 7), np.zeros(7), 0.0), backend)
+    check_source(CONTROL, "ctrl", (7, RNG.uniform(-1, 1, 7), np.zeros(7), 0.0), backend)
 
 
 PRECISION = """
@@ -133,7 +126,7 @@ end subroutine
 
 
 def test_single_precision_literals_and_variables(backend):
-    prog, _ = check(PRECISION, "prec", (1.3, 0.0, 0.0, np.float32(2.0)), backend, rtol=1e-6, fd_step=1e-3,
+    prog, _ = check_source(PRECISION, "prec", (1.3, 0.0, 0.0, np.float32(2.0)), backend, rtol=1e-6, fd_step=1e-3,
                     grad_rtol=1e-3)
     y, z, w = prog(1.3, None, None, np.float32(2.0), backend=backend)
     assert y == 1.3 * float(np.float32(0.7)) != 1.3 * 0.7     # 0.7 is single precision
@@ -172,7 +165,7 @@ end subroutine
 
 
 def test_lower_bounds_sections_reductions_matmul_where(backend):
-    check(ARRAYS, "arr", (5, RNG.random(6), RNG.random((3, 3)), RNG.random((5, 3)), np.zeros(8)), backend)
+    check_source(ARRAYS, "arr", (5, RNG.random(6), RNG.random((3, 3)), RNG.random((5, 3)), np.zeros(8)), backend)
 
 
 MODULES = """
@@ -242,7 +235,7 @@ end module phys
 
 def test_modules_use_only_renames_kinds_functions_optional_internal(backend):
     t, p = 260 + 30 * RNG.random(6), 1e5 * (0.5 + RNG.random(6))
-    prog, _ = check(MODULES, "driver", (6, t, p, np.zeros(6)), backend)
+    prog, _ = check_source(MODULES, "driver", (6, t, p, np.zeros(6)), backend)
     assert prog.module_inputs == ["consts.rgas"]
 
 
@@ -267,7 +260,7 @@ TRIDAG_F77 = """
 
 def test_fixed_form_implicit_typing(backend):
     n = 8
-    prog, _ = check(TRIDAG_F77, "TRIDAG", (RNG.random(n), 4 + RNG.random(n), RNG.random(n), RNG.random(n),
+    prog, _ = check_source(TRIDAG_F77, "TRIDAG", (RNG.random(n), 4 + RNG.random(n), RNG.random(n), RNG.random(n),
                                             np.zeros(n), n), backend)
     assert prog.outputs == ["u"]
 
@@ -322,7 +315,7 @@ FCTTRE = """      REAL(KIND=JPRB) :: FOEEW, FOELDCP, PTARE
 def test_statement_functions_from_include_defines_derived_types_associate(backend, tmp_path):
     (tmp_path / "fcttre.h").write_text(FCTTRE)
     pt, pq = 260 + 40 * RNG.random(6), 0.02 * RNG.random(6)
-    check(SATADJ, "satadj", (6, pt, pq, np.zeros((6, 2))), backend, include_dirs=[tmp_path],
+    check_source(SATADJ, "satadj", (6, pt, pq, np.zeros((6, 2))), backend, include_dirs=[tmp_path],
           defines={"CLIP": None})
 
 
@@ -373,7 +366,7 @@ end subroutine
 
 
 def test_assumed_shape_assumed_size_sequence_association_allocatable_constructors(backend):
-    check(SHAPES, "shapes", (4, 3, RNG.random((4, 3)), RNG.random(4), np.zeros(3)), backend)
+    check_source(SHAPES, "shapes", (4, 3, RNG.random((4, 3)), RNG.random(4), np.zeros(3)), backend)
 
 
 ENERGY = """
@@ -393,7 +386,7 @@ end function
 
 def test_function_entry_with_grad_value_and_grad_jit(backend):
     import flowgrad
-    prog, _ = check(ENERGY, "energy", (5, RNG.random(5), True), backend)
+    prog, _ = check_source(ENERGY, "energy", (5, RNG.random(5), True), backend)
     x = RNG.random(5)
     d = np.diff(x)
     want = np.zeros(5)
@@ -471,7 +464,7 @@ def test_elemental_and_array_valued_functions_optional_pass_through_host_associa
     """Also: sections with bounds known only at run time (``kidia:kfdia``), an automatic array sized
     by an integer that sizes no argument, and the DO variable's value after EXIT."""
     a = RNG.random((6, 3)) * 1.5
-    prog, _ = check(PROCEDURES, "rt", (6, 2, 5, 4, a, np.zeros((6, 3)), 0.0, 0), backend)
+    prog, _ = check_source(PROCEDURES, "rt", (6, 2, 5, 4, a, np.zeros((6, 3)), 0.0, 0), backend)
     found = prog(6, 2, 5, 4, a, backend=backend)[2]
     assert found == next(i + 1 for i in range(6) if a[i, 2] > 0.7) and found.dtype == np.int32
 
@@ -498,7 +491,7 @@ DATA_F77 = """
 
 
 def test_data_statements_and_character_mode_arguments(backend):
-    check(DATA_F77, "drive", (0.25,), backend)
+    check_source(DATA_F77, "drive", (0.25,), backend)
 
 
 INTRINSICS = """
@@ -534,7 +527,7 @@ end subroutine
 
 
 def test_transformational_intrinsics_and_do_concurrent(backend):
-    check(INTRINSICS, "intr", (6, RNG.random(6), RNG.random((6, 3)), np.zeros(10), np.zeros(4, np.int32)), backend)
+    check_source(INTRINSICS, "intr", (6, RNG.random(6), RNG.random((6, 3)), np.zeros(10), np.zeros(4, np.int32)), backend)
 
 
 NEWTON = """
@@ -590,7 +583,7 @@ end subroutine
 
 def test_do_while_on_a_function_value_and_return_inside_loops(backend):
     args = (4, 1 + RNG.random(4), 1 + RNG.random(4), RNG.random(4), 0.0, 0)
-    prog, _ = check(NEWTON, "solve", args, backend)
+    prog, _ = check_source(NEWTON, "solve", args, backend)
     x, out, iters = prog(*args[:4], backend=backend)
     np.testing.assert_allclose(x ** 3, args[1], rtol=1e-12)
     assert iters > 4
@@ -641,7 +634,7 @@ end subroutine
 
 
 def test_intrinsic_modules_in_out_typed_constructors_negative_strides(backend):
-    prog, _ = check(SPELLINGS, "misc", (4, RNG.standard_normal(4), np.zeros(2)), backend)
+    prog, _ = check_source(SPELLINGS, "misc", (4, RNG.standard_normal(4), np.zeros(2)), backend)
     assert prog.outputs == ["a", "b"]          # INTENT(IN OUT) is INTENT(INOUT)
 
 
@@ -698,7 +691,7 @@ def test_ifs_idioms_dr_hook_abor1_logical_arrays_parameter_indices(backend):
     args = (4, 3, RNG.random((4, 3)), RNG.random((4, 3)), np.array([True, False, True, True]), np.zeros((4, 3, 2)))
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        prog, _ = check(IFS_IDIOMS, "scheme", args, backend)
+        prog, _ = check_source(IFS_IDIOMS, "scheme", args, backend)
     assert prog.module_inputs == ["yomhook.lhook"]
 
 
@@ -722,7 +715,7 @@ end subroutine
 def test_vector_subscripts_read_and_assigned(backend):
     args = (6, 4, np.array([3, 1, 6, 2], dtype=np.int32), RNG.random(6), RNG.random((6, 3)), np.zeros(4),
             RNG.random((6, 3)))
-    check(VECTOR_SUBSCRIPTS, "gath", args, backend)
+    check_source(VECTOR_SUBSCRIPTS, "gath", args, backend)
 
 
 # ---------------------------------------------------------------- conventions of the program object

@@ -74,7 +74,8 @@ def expr_src(e) -> str:
 def _slice_src(it: Slice) -> str:
     start, size, step = it.start, it.size, it.step
     s0, n, st = const_value(start), const_value(size), const_value(step)
-    if st is not None and st < 0:
+    # a step of unknown sign may be negative: the stop past the axis' start is then no stop
+    if st is None or st < 0:
         if s0 is not None and n is not None:
             stop = s0 + n * st
             stop_src = "" if stop < 0 else str(stop)

@@ -26,8 +26,8 @@ from .source import Library, read_sources
 class FortranProgram:
     """A Fortran subroutine or function, callable on NumPy arrays and differentiable.
 
-    ``prog(*args, modules=None)`` runs it: arguments in dummy order (numpy.f2py's index
-    convention), returning the final values of the dummies it may write (``prog.outputs``), one
+    ``prog(*args, modules=None)`` runs it: arguments in dummy order, or by name (``in_=`` for a
+    dummy named like a Python keyword), with numpy.f2py's index convention, returning the final values of the dummies it may write (``prog.outputs``), one
     value or a tuple, a function's result first. The caller's arrays are never modified.
     ``flowgrad.vjp(prog, *args)`` returns ``(outputs, pullback)``; ``pullback(cotangents)``
     (one per output, a tuple when there are several) gives the gradient of every float argument,
@@ -81,9 +81,9 @@ class FortranProgram:
 
     # ------------------------------------------------------------ capture
 
-    def _bind(self, args):
+    def _bind(self, args, kwargs=None):
         try:
-            bound = self.__signature__.bind(*args)
+            bound = self.__signature__.bind(*args, **(kwargs or {}))
         except TypeError as exc:
             raise InputError(f"calling {self.__name__}: {exc}") from None
         bound.apply_defaults()
@@ -154,8 +154,10 @@ class FortranProgram:
 
     # ------------------------------------------------------------ running
 
-    def __call__(self, *args, modules=None, backend=None):
+    def __call__(self, *args, modules=None, backend=None, **kwargs):
         mods = _merge(self.bound_modules, modules or {})
+        if kwargs:                          # dummies by name, as f2py's wrappers take them
+            args = self._bind(args, kwargs)
         entry, call = self._entry(args, mods, backend, "forward")
         raw = entry.func(*entry.call_args(call))
         return unpack(entry.cap.layout, raw)
@@ -173,12 +175,23 @@ class FortranProgram:
         """The outputs from the result of the captured program ``cap`` (``flowgrad.jit``)."""
         return unpack(cap.layout, raw)
 
+    def _flowgrad_input_name(self, name):
+        """``name`` (``"module.variable"``, any case) as a module variable the program reads, else
+        None: ``flowgrad.grad(prog, wrt="yomcst.rtt")``."""
+        name = name.lower()
+        return name if any(name == p or name.startswith(p + ".") for p in self.module_inputs) else None
+
+    @staticmethod
+    def _flowgrad_input_grad(g):
+        """A module variable's gradient as the caller holds the variable (the program holds module
+        arrays column-major)."""
+        return np.asarray(g).T.copy() if np.ndim(g) else float(g)
+
     def _flowgrad_vjp(self, args, wrt=None, backend=None):
         if wrt is not None:
             wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
             for w in wrt:
-                if not isinstance(w, str) or (w.lower() not in self.dummies and not any(
-                        w.lower() == p or w.lower().startswith(p + ".") for p in self.module_inputs)):
+                if not isinstance(w, str) or (w.lower() not in self.dummies and self._flowgrad_input_name(w) is None):
                     raise InputError(f"wrt entry {w!r} is neither an argument of {self.__name__} "
                                      f"({', '.join(self.dummies)}) nor a module variable it reads "
                                      f"({', '.join(self.module_inputs) or 'none'})")
@@ -202,8 +215,8 @@ class FortranProgram:
             grads = pull(ct if ct.ndim else ct.item())
             out = []
             for name, g in zip(names, grads):
-                if name not in self.dummies:            # a module variable (held column-major)
-                    out.append(np.asarray(g).T.copy() if np.ndim(g) else float(g))
+                if name not in self.dummies:
+                    out.append(self._flowgrad_input_grad(g))
                     continue
                 a = args_b[self.dummies.index(name)]
                 if isinstance(a, np.ndarray):

@@ -15,7 +15,7 @@ from ...ir.core import Assign, Const, Expr, Read, Ref, const_value, iter_reads
 from .calls import CallLowering
 from .exprs import ExprLowering, const, convert, fold
 from .analysis import used_name
-from .scope import ArrayView, Value, Var, declarations, implicit_rules
+from .scope import ArrayView, Value, Var, declarations, field_init, implicit_rules, is_constructor
 from .source import _fparser
 from .stmts import StmtLowering
 from .types import TypeSpec, implicit_default
@@ -475,13 +475,13 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
     def constructor_values(self, scope, tspec, comps, node):
         """Component -> (scope, value node) of the structure constructor ``node`` of TYPE(tspec)."""
         F = _fparser()[2]
-        if not isinstance(node, F.Structure_Constructor) or str(node.children[0]).lower() != tspec.derived:
-            raise unsupported(self.loc, f"initial value {node} of a TYPE({tspec.derived}) variable",
-                              f"initialise it with a structure constructor {tspec.derived}(...)")
+        if not is_constructor(node, tspec):
+            raise unsupported(self.loc, f"value {node} for a TYPE({tspec.derived}) variable",
+                              f"give a structure constructor {tspec.derived}(...) or a variable of the type")
         names, out = list(comps), {}
         items = node.children[1].children if node.children[1] is not None else ()
         for k, item in enumerate(items):
-            if isinstance(item, F.Component_Spec):
+            if isinstance(item, (F.Component_Spec, F.Actual_Arg_Spec)):
                 comp, value = str(item.children[0]).lower(), item.children[1]
             elif k < len(names):
                 comp, value = names[k], item
@@ -584,12 +584,6 @@ class _Prologue:
     def __exit__(self, *exc):
         self.lo.blocks.pop()
         self.lo.frame = self.saved
-
-
-def field_init(var, comp, cdecl, owner):
-    """(scope, node) of the initial value of component ``comp`` of record ``var``: the structure
-    constructor's value where one initialises the record, else the component's default."""
-    return var.inits.get(comp, (owner, cdecl.init))
 
 
 def _components(lo, owner, tdef):

@@ -19,8 +19,8 @@ from .. import Captured
 from ..python import Namer
 from .analysis import written_names
 from .exprs import const, convert, fold
-from .lowering import Frame, Lowering, field_init
-from .scope import Absent, ArrayView, Value, Var, extent
+from .lowering import Frame, Lowering
+from .scope import Absent, ArrayView, Value, Var, extent, field_init
 from .types import F32, F64
 
 

@@ -142,6 +142,20 @@ class Var:
         return self.fields is not None
 
 
+def is_constructor(node, tspec):
+    """Whether expression ``node`` is a structure constructor of derived type ``tspec`` (fparser
+    reads ``T(a, b)`` in a statement as a function reference or an array element)."""
+    F = _fparser()[2]
+    return isinstance(node, (F.Structure_Constructor, F.Part_Ref, F.Function_Reference)) and \
+        str(node.children[0]).lower() == tspec.derived
+
+
+def field_init(var, comp, cdecl, owner):
+    """(scope, node) of the initial value of component ``comp`` of record ``var``: the structure
+    constructor's value where one initialises the record, else the component's default."""
+    return var.inits.get(comp, (owner, cdecl.init))
+
+
 class Value:
     """A read-only scalar value (a ``PARAMETER``, a constant or a value argument)."""
 

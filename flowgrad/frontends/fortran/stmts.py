@@ -13,7 +13,7 @@ from ...errors import unsupported
 from ...ir.core import (BOOL, I64, Assign, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads, op,
                         stmt_writes, walk)
 from .exprs import Text, const, convert, fold, int_div, mk
-from .scope import ArrayView, Value, Var, extent
+from .scope import ArrayView, Value, Var, extent, is_constructor
 from .source import _fparser, node_line
 
 
@@ -165,8 +165,8 @@ class StmtLowering:
                               "Fortran does not allow it; use another variable")
 
     def assign_record(self, target, rhs):
-        F = _fparser()[2]
-        if isinstance(rhs, F.Structure_Constructor):
+        # (a generic interface named like the type overrides the structure constructor)
+        if is_constructor(rhs, target.tspec) and self.find_procedure(target.tspec.derived) is None:
             owner, comps, _ = target.source
             values = self.constructor_values(self.frame, target.tspec, comps, rhs)
             for comp, cdecl in comps.items():

@@ -1,0 +1,598 @@
+"""Fortran as scientists write it, beyond the front door's own tests: a Thomas solver, a Burgers
+driver with internal procedures, a saturation adjustment by Newton iteration, slope limiters chosen
+by SELECT CASE, WHERE with lower bounds other than 1, reductions along DIM, FORTRAN 77 with implicit
+typing and labelled loops, a parameter set in a derived type, single precision, in-place updates.
+Each is checked against gfortran (forward) and central differences of the gfortran routine
+(gradient) on both backends. Below them, the defects such routines found, each pinned by a test."""
+import numpy as np
+import pytest
+
+from fortran_oracle import Gfortran, check_program, check_source, needs_fortran
+
+pytestmark = needs_fortran
+
+RNG = np.random.default_rng(7)
+
+THOMAS = """
+! Thomas algorithm for a tridiagonal system: forward elimination, then a backward sweep
+subroutine tridiag_solve(n, a, b, c, d, x)
+  implicit none
+  integer, intent(in) :: n
+  real(8), intent(in) :: a(n), b(n), c(n), d(n)
+  real(8), intent(out) :: x(n)
+  real(8) :: cp(n), dp(n), m
+  integer :: i
+  cp(1) = c(1) / b(1)
+  dp(1) = d(1) / b(1)
+  do i = 2, n
+    m = b(i) - a(i) * cp(i-1)
+    cp(i) = c(i) / m
+    dp(i) = (d(i) - a(i) * dp(i-1)) / m
+  end do
+  x(n) = dp(n)
+  do i = n - 1, 1, -1
+    x(i) = dp(i) - cp(i) * x(i+1)
+  end do
+end subroutine tridiag_solve
+"""
+
+BURGERS = """
+module burgers_mod
+  implicit none
+  integer, parameter :: dp = kind(1.0d0)
+contains
+  subroutine rusanov_flux(n, u, f)
+    integer, intent(in) :: n
+    real(dp), intent(in) :: u(0:n+1)
+    real(dp), intent(out) :: f(0:n)
+    integer :: i
+    real(dp) :: ul, ur, smax
+    do i = 0, n
+      ul = u(i)
+      ur = u(i+1)
+      smax = max(abs(ul), abs(ur))
+      f(i) = 0.5_dp * (flux(ul) + flux(ur)) - 0.5_dp * smax * (ur - ul)
+    end do
+  contains
+    pure real(dp) function flux(v)
+      real(dp), intent(in) :: v
+      flux = 0.5_dp * v * v
+    end function flux
+  end subroutine rusanov_flux
+
+  subroutine burgers_run(n, nsteps, dt, dx, nu, u, mass)
+    integer, intent(in) :: n, nsteps
+    real(dp), intent(in) :: dt, dx, nu
+    real(dp), intent(inout) :: u(0:n+1)
+    real(dp), intent(out) :: mass
+    real(dp) :: f(0:n)
+    integer :: step
+    do step = 1, nsteps
+      call apply_bc()
+      call rusanov_flux(n, u, f)
+      u(1:n) = u(1:n) - dt / dx * (f(1:n) - f(0:n-1)) &
+             + nu * dt / dx**2 * (u(2:n+1) - 2.0_dp * u(1:n) + u(0:n-1))
+    end do
+    call apply_bc()
+    mass = sum(u(1:n)) * dx
+  contains
+    subroutine apply_bc()
+      u(0) = u(n)
+      u(n+1) = u(1)
+    end subroutine apply_bc
+  end subroutine burgers_run
+end module burgers_mod
+"""
+
+SATURATION = """
+! saturation adjustment per level: Newton iteration on the temperature until the step is tiny
+subroutine satadj(nlev, t, q, p, qc, niter)
+  implicit none
+  integer, intent(in) :: nlev
+  real(8), intent(inout) :: t(nlev), q(nlev)
+  real(8), intent(in) :: p(nlev)
+  real(8), intent(out) :: qc(nlev)
+  integer, intent(out) :: niter(nlev)
+  real(8), parameter :: lv = 2.5d6, cp = 1004.0d0, rv = 461.5d0, eps = 0.622d0
+  real(8), parameter :: es0 = 611.2d0, t0 = 273.15d0
+  real(8) :: es, qs, dqs, tt, f, df, resid
+  integer :: k, it
+  do k = 1, nlev
+    qc(k) = 0.0d0
+    niter(k) = 0
+    tt = t(k)
+    es = es0 * exp(lv / rv * (1.0d0 / t0 - 1.0d0 / tt))
+    qs = eps * es / p(k)
+    if (q(k) <= qs) cycle
+    it = 0
+    do while (it < 50)
+      it = it + 1
+      es = es0 * exp(lv / rv * (1.0d0 / t0 - 1.0d0 / tt))
+      qs = eps * es / p(k)
+      dqs = qs * lv / (rv * tt * tt)
+      f = tt - t(k) - lv / cp * (q(k) - qs)
+      df = 1.0d0 + lv / cp * dqs
+      resid = f / df
+      tt = tt - resid
+      if (abs(resid) < 1.0d-10) exit
+    end do
+    niter(k) = it
+    qc(k) = q(k) - eps * es0 * exp(lv / rv * (1.0d0 / t0 - 1.0d0 / tt)) / p(k)
+    q(k) = q(k) - qc(k)
+    t(k) = tt
+  end do
+end subroutine satadj
+"""
+
+LIMITERS = """
+subroutine limited_slopes(n, iopt, u, s)
+  implicit none
+  integer, intent(in) :: n, iopt
+  double precision, intent(in) :: u(n)
+  double precision, intent(out) :: s(n)
+  double precision :: a, b
+  integer :: i
+  s(1) = 0d0
+  s(n) = 0d0
+  do i = 2, n - 1
+    a = u(i) - u(i-1)
+    b = u(i+1) - u(i)
+    select case (iopt)
+    case (0)
+      s(i) = 0.5d0 * (a + b)
+    case (1)
+      if (a * b > 0d0) then
+        s(i) = sign(min(abs(a), abs(b)), a)
+      else
+        s(i) = 0d0
+      end if
+    case (2:3)
+      if (a * b > 0d0) then
+        s(i) = sign(max(min(2*abs(a), abs(b)), min(abs(a), 2*abs(b))), a)
+      else
+        s(i) = 0d0
+      end if
+    case default
+      s(i) = b
+    end select
+  end do
+end subroutine limited_slopes
+"""
+
+CLIP_UPDATE = """
+subroutine clip_update(is, ie, js, je, h, dh, hmin, hnew, nclip)
+  implicit none
+  integer, intent(in) :: is, ie, js, je
+  real(8), intent(in) :: h(is-1:ie+1, js:je), dh(is:ie, js:je), hmin
+  real(8), intent(out) :: hnew(is:ie, js:je)
+  integer, intent(out) :: nclip
+  real(8) :: tmp(is:ie, js:je)
+  tmp = h(is:ie, :) + dh
+  where (tmp > hmin)
+    hnew = tmp
+  elsewhere (tmp > 0.5d0 * hmin)
+    hnew = hmin + 0.5d0 * (tmp - 0.5d0 * hmin)**2 / hmin
+  elsewhere
+    hnew = 0.75d0 * hmin + 0.0d0 * tmp
+  end where
+  hnew(is, :) = 0.5d0 * (hnew(is, :) + h(is-1, :))
+  hnew(ie, js:je:2) = hnew(ie, js:je:2) + 0.25d0 * h(ie+1, js:je:2)
+  nclip = count(tmp <= hmin)
+end subroutine clip_update
+"""
+
+COLUMN_STATS = """
+subroutine col_stats(nx, ny, a, cmax, rmin, tot, imax, jmin, spread, where_max)
+  implicit none
+  integer, intent(in) :: nx, ny
+  real(8), intent(in) :: a(nx, ny)
+  real(8), intent(out) :: cmax(ny), rmin(nx), tot, spread
+  integer, intent(out) :: imax(ny), jmin(nx), where_max(2)
+  cmax = maxval(a, dim=1)
+  rmin = minval(a, dim=2)
+  imax = maxloc(a, dim=1)
+  jmin = minloc(a(:, 2:ny), dim=2) + 1
+  tot = sum(sum(a, dim=2) * rmin)
+  where_max = maxloc(a)
+  spread = a(where_max(1), where_max(2)) - minval(a) + product(cmax(1:2))
+  where_max(1) = where_max(1) + 10 * minloc(rmin, dim=1)
+end subroutine col_stats
+"""
+
+SMOOTH_F77 = """
+C     THREE-POINT SMOOTHER, FORTRAN 77: IMPLICIT TYPING, LABELLED DO LOOPS
+      SUBROUTINE SMOOTH3(N, NPASS, W, X, Y)
+      DIMENSION X(N), Y(N)
+      DOUBLE PRECISION X, Y, W, TMP
+      DIMENSION TMP(1000)
+      DO 10 I = 1, N
+        Y(I) = X(I)
+   10 CONTINUE
+      DO 30 K = 1, NPASS
+        DO 20 I = 2, N - 1
+          TMP(I) = W * Y(I-1) + (1.0D0 - 2.0D0 * W) * Y(I) + W * Y(I+1)
+   20   CONTINUE
+        DO 25 I = 2, N - 1
+   25   Y(I) = TMP(I)
+   30 CONTINUE
+      SUM = 0.0
+      DO 40 J = 1, N
+        IF (Y(J) .GT. 0.5D0) Y(J) = Y(J) - 0.1D0 * (Y(J) - 0.5D0)**2
+   40 CONTINUE
+      RETURN
+      END
+"""
+
+COLMAX_F77 = """
+C     COLUMN MAXIMA: ASSUMED SIZE, LOCALS NAMED LIKE INTRINSICS, SHARED LOOP TERMINALS
+      SUBROUTINE COLMAX(LDA, N, M, A, B, AMX)
+      DIMENSION A(LDA,*), B(LDA, M), AMX(M)
+      DOUBLE PRECISION A, B, AMX, MAX, SUM
+      DO 10 J = 1, M
+      DO 10 I = 1, N
+   10 B(I,J) = A(I,J) * DBLE(I) +
+     +         A(I,J)**2
+      DO 30 J = 1, M
+        MAX = -1.0D30
+        SUM = 0.0D0
+        DO 20 I = 1, N
+          SUM = SUM + B(I,J)
+   20   IF (B(I,J) .GT. MAX) MAX = B(I,J)
+        AMX(J) = MAX + 0.5D0 * SUM
+   30 CONTINUE
+      END
+"""
+
+PARAMETER_SET = """
+module physparams
+  implicit none
+  integer, parameter :: jprb = selected_real_kind(13, 300)
+  type tparams
+    real(kind=jprb) :: alpha = 0.3_jprb
+    real(kind=jprb) :: beta
+    real(kind=jprb) :: coeffs(3)
+  end type tparams
+  type(tparams), parameter :: defaults = tparams(0.25_jprb, 1.5_jprb, [1.0_jprb, 0.5_jprb, 0.25_jprb])
+end module physparams
+
+subroutine relax(n, x, y)
+  use physparams, only: jprb, p => defaults
+  implicit none
+  integer, intent(in) :: n
+  real(kind=jprb), intent(in) :: x(n)
+  real(kind=jprb), intent(out) :: y(n)
+  integer :: i
+  do i = 1, n
+    y(i) = p%alpha * x(i) + p%beta * (p%coeffs(1) + p%coeffs(2) * x(i) + p%coeffs(3) * x(i)**2)
+  end do
+end subroutine relax
+"""
+
+LOGISTIC_SINGLE = """
+subroutine growth(n, dt, r, k, x)
+  implicit none
+  integer, intent(in) :: n
+  real, intent(in) :: dt, r, k
+  real, intent(inout) :: x(n)
+  integer :: i, it
+  real :: f
+  do it = 1, 10
+    do i = 1, n
+      f = r * x(i) * (1.0 - x(i) / k)
+      x(i) = x(i) + dt * f + 0.1 * dt * sin(x(i))
+    end do
+  end do
+end subroutine growth
+"""
+
+SOR_INPLACE = """
+subroutine relax_inplace(n, m, omega, b, u)
+  implicit none
+  integer, intent(in) :: n, m
+  real(8), intent(in) :: omega, b(n)
+  real(8), intent(inout) :: u(n)
+  integer :: it, i
+  do it = 1, m
+    do i = 2, n - 1
+      u(i) = (1d0 - omega) * u(i) + omega * 0.5d0 * (u(i-1) + u(i+1) + b(i))
+    end do
+    u(1) = u(1) * 0.99d0 + 0.01d0 * u(2)
+    u(n) = u(n) * 0.99d0 + 0.01d0 * u(n-1)
+  end do
+end subroutine relax_inplace
+"""
+
+PRECIP_COLUMN = """
+module column_consts
+  implicit none
+  integer, parameter :: jprb = selected_real_kind(13, 300)
+  real(kind=jprb), parameter :: rg = 9.80665_jprb, rcpd = 1004.709_jprb
+  real(kind=jprb), parameter :: rtt = 273.16_jprb, rlvtt = 2.5008e6_jprb, rlstt = 2.8345e6_jprb
+end module column_consts
+
+! precipitation falling through a column from the top down, carrying its flux level to level
+subroutine precip_column(klev, dt, pap, paph, t, q, qc, flux, tend_t)
+  use column_consts
+  implicit none
+  integer, intent(in) :: klev
+  real(kind=jprb), intent(in) :: dt
+  real(kind=jprb), intent(in) :: pap(klev), paph(klev+1)
+  real(kind=jprb), intent(in) :: t(klev)
+  real(kind=jprb), intent(inout) :: q(klev), qc(klev)
+  real(kind=jprb), intent(out) :: flux(klev+1), tend_t(klev)
+  real(kind=jprb) :: dp, auto, evap, zl, fin
+  integer :: jk
+  flux(1) = 0.0_jprb
+  do jk = 1, klev
+    dp = paph(jk+1) - paph(jk)
+    fin = flux(jk) * rg * dt / dp
+    if (qc(jk) > 1.0e-4_jprb) then
+      auto = 1.0e-3_jprb * (qc(jk) - 1.0e-4_jprb) * dt
+    else
+      auto = 0.0_jprb
+    end if
+    if (t(jk) > rtt) then
+      zl = rlvtt
+      evap = min(0.1_jprb * fin * max(0.0_jprb, 1.0e-2_jprb - q(jk)) * 100.0_jprb, fin)
+    else if (t(jk) > rtt - 20.0_jprb) then
+      zl = rlstt + (rlvtt - rlstt) * (t(jk) - rtt + 20.0_jprb) / 20.0_jprb
+      evap = 0.5_jprb * min(fin, 1.0e-5_jprb)
+    else
+      zl = rlstt
+      evap = 0.0_jprb
+    end if
+    qc(jk) = qc(jk) - auto
+    q(jk) = q(jk) + evap
+    flux(jk+1) = (fin + auto - evap) * dp / (rg * dt)
+    tend_t(jk) = -zl / rcpd * evap / dt
+  end do
+end subroutine precip_column
+"""
+
+LORENZ_RK4 = """
+subroutine integrate(n, dt, k, y0, y)
+  implicit none
+  integer, intent(in) :: n
+  real(8), intent(in) :: dt, k, y0(3)
+  real(8), intent(out) :: y(3)
+  real(8) :: k1(3), k2(3), k3(3), k4(3)
+  integer :: step
+  y = y0
+  do step = 1, n
+    k1 = rhs(y)
+    k2 = rhs(y + 0.5d0 * dt * k1)
+    k3 = rhs(y + 0.5d0 * dt * k2)
+    k4 = rhs(y + dt * k3)
+    y = y + dt / 6d0 * (k1 + 2d0 * k2 + 2d0 * k3 + k4)
+  end do
+contains
+  function rhs(u) result(du)
+    real(8), intent(in) :: u(3)
+    real(8) :: du(3)
+    du(1) = 10d0 * (u(2) - u(1))
+    du(2) = u(1) * (k - u(3)) - u(2)
+    du(3) = u(1) * u(2) - 8d0 / 3d0 * u(3)
+  end function
+end subroutine integrate
+"""
+
+
+def _z(*shape, dtype=np.float64):
+    return np.zeros(shape, dtype)
+
+
+# (id, source, entry, arguments, check_program options); INTENT(OUT) arguments are passed too,
+# for the gfortran build
+ROUTINES = [
+    ("thomas", THOMAS, "tridiag_solve", lambda: (8, RNG.random(8), 4 + RNG.random(8), RNG.random(8),
+                                                 RNG.random(8), _z(8)), {}),
+    ("burgers", BURGERS, "burgers_run", lambda: (16, 5, 0.01, 0.1, 0.05, np.sin(np.linspace(0, 6, 18)) + 1.2,
+                                                 0.0), {}),
+    ("saturation", SATURATION, "satadj", lambda: (6, 280 + 10 * RNG.random(6),
+                                                  np.array([0.02, 0.001, 0.03, 0.015, 0.005, 0.025]),
+                                                  9e4 + 1e4 * RNG.random(6), _z(6), _z(6, dtype=np.int32)), {}),
+    ("limiter-minmod", LIMITERS, "limited_slopes", lambda: (8, 1, RNG.random(8), _z(8)), {}),
+    ("limiter-mc", LIMITERS, "limited_slopes", lambda: (8, 3, RNG.random(8), _z(8)), {}),
+    ("where-bounds", CLIP_UPDATE, "clip_update", lambda: (2, 6, -1, 3, RNG.random((7, 5)),
+                                                          RNG.random((5, 5)) - 0.5, 0.6, _z(5, 5), 0), {}),
+    ("reductions-dim", COLUMN_STATS, "col_stats", lambda: (4, 5, RNG.random((4, 5)), _z(5), _z(4), 0.0,
+                                                           _z(5, dtype=np.int32), _z(4, dtype=np.int32), 0.0,
+                                                           _z(2, dtype=np.int32)), {}),
+    ("f77-smooth", SMOOTH_F77, "smooth3", lambda: (8, 3, 0.2, RNG.random(8), _z(8)), {}),
+    ("f77-colmax", COLMAX_F77, "colmax", lambda: (5, 4, 3, RNG.random((5, 3)), _z(5, 3), _z(3)), {}),
+    ("parameter-set", PARAMETER_SET, "relax", lambda: (8, RNG.random(8), _z(8)), {}),
+    # central differences of a single-precision routine are good to about 1e-3 at best
+    ("single", LOGISTIC_SINGLE, "growth", lambda: (8, np.float32(0.1), np.float32(0.8), np.float32(2.0),
+                                                   RNG.random(8).astype(np.float32)),
+     dict(rtol=1e-6, atol=1e-7, fd_step=1e-2, grad_rtol=2e-2)),
+    ("inout-sor", SOR_INPLACE, "relax_inplace", lambda: (8, 4, 1.3, RNG.random(8), RNG.random(8)), {}),
+    ("precip-column", PRECIP_COLUMN, "precip_column",
+     lambda: (6, 600.0, np.linspace(2e4, 9e4, 6), np.linspace(1.5e4, 9.5e4, 7),
+              np.array([240., 255., 262., 270., 278., 290.]), 1e-2 * RNG.random(6), 1e-3 * RNG.random(6),
+              _z(7), _z(6)), {}),
+    ("rk4-internal-function", LORENZ_RK4, "integrate", lambda: (20, 0.01, 28.0, np.ones(3), _z(3)), {}),
+]
+
+
+@pytest.mark.parametrize("name, src, entry, args, options", ROUTINES, ids=[r[0] for r in ROUTINES])
+def test_routine_against_gfortran(name, src, entry, args, options, backend):
+    check_source(src, entry, args(), backend, **options)
+
+
+def test_single_precision_is_computed_in_single_precision():
+    """gfortran's float32 results, bit for bit (no operation widened to double)."""
+    import flowgrad
+    prog = flowgrad.from_fortran(LOGISTIC_SINGLE, "growth")
+    args = (50, np.float32(0.1), np.float32(0.8), np.float32(2.0), RNG.random(50).astype(np.float32))
+    got = prog(*args, backend="numpy")
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, Gfortran(prog, LOGISTIC_SINGLE)(*args))
+
+
+# ---------------------------------------------------------------- defects found, pinned
+
+RECORDS = """
+module pset
+  implicit none
+  type tp
+    real(8) :: a = 1d0
+    real(8) :: b = 2d0
+    real(8) :: w(2) = [0.5d0, 0.25d0]
+  end type tp
+  type(tp) :: modp = tp(3d0, w=[1d0, 2d0], b=4d0)
+  type(tp), parameter :: fixed = tp(b=-1d0)
+  real(8) :: c(3) = [1d0, 2d0, 3d0]
+end module pset
+
+subroutine records(x, y)
+  use pset
+  implicit none
+  real(8), intent(in) :: x
+  real(8), intent(out) :: y(5)
+  type(tp) :: loc = tp(5d0, 6d0)
+  type(tp) :: r, s
+  r = tp(x * 2d0, x + 1d0, [x, 3d0])
+  s = fixed
+  y(1) = loc%a * x + loc%b + loc%w(1)
+  y(2) = modp%a * x + modp%b + modp%w(2)
+  y(3) = fixed%a + fixed%b * x + fixed%w(2)
+  y(4) = r%a * r%b + r%w(1) * r%w(2) + s%b
+  y(5) = c(2) * c(3) * x
+end subroutine records
+"""
+
+
+def test_structure_constructors_initialise_records_and_module_arrays(backend):
+    """TYPE(T) :: P = T(...) (a local, a module variable, a PARAMETER, with keywords and component
+    defaults) and P = T(...) in the body; the local's initial value was silently ignored, the
+    PARAMETER and the module array's array-constructor initial value were refused."""
+    import flowgrad
+    prog, _ = check_source(RECORDS, "records", (0.7, _z(5)), backend)
+    assert prog.module_inputs == ["pset.modp", "pset.c"]
+    got = prog(0.7, modules={"pset": {"modp": {"b": 10.0}, "c": [1.0, 1.0, 1.0]}}, backend=backend)
+    np.testing.assert_allclose(got[[1, 4]], [3 * 0.7 + 10 + 2, 0.7])
+    g = flowgrad.grad(lambda x: prog(x)[3], backend=backend)(0.7)
+    assert g == pytest.approx(2 * (0.7 + 1) + 2 * 0.7 + 3)
+
+
+ENERGY = RECORDS.split("subroutine records")[0] + """
+subroutine energy(x, e)
+  use pset
+  real(8), intent(in) :: x
+  real(8), intent(out) :: e
+  e = modp%a * x**2 + modp%b * sum(c * c) * x
+end subroutine energy
+"""
+
+
+def test_grad_takes_module_variables_as_wrt(backend):
+    """grad and value_and_grad take wrt="module.variable" (any case), as vjp does; a module
+    array's gradient comes in its Fortran shape."""
+    import flowgrad
+    prog = flowgrad.from_fortran(ENERGY, "energy")
+    ga, gc, gx = flowgrad.grad(prog, wrt=("pset.modp.a", "PSET.C", "x"), backend=backend)(0.7)
+    assert ga == pytest.approx(0.49)
+    np.testing.assert_allclose(gc, 2 * 4.0 * 0.7 * np.array([1.0, 2.0, 3.0]))
+    assert gx == pytest.approx(2 * 3 * 0.7 + 4 * 14)
+    value, gb = flowgrad.value_and_grad(prog, wrt="pset.modp.b", backend=backend)(0.7)
+    assert (value, gb) == (pytest.approx(3 * 0.49 + 4 * 14 * 0.7), pytest.approx(14 * 0.7))
+    with pytest.raises(flowgrad.InputError, match="not an argument of energy"):
+        flowgrad.grad(prog, wrt="pset.nothing")(0.7)
+
+
+SIGNED_ZERO = """
+subroutine upwind_signs(n, u, y)
+  integer, intent(in) :: n
+  real(8), intent(in) :: u(n)
+  real(8), intent(out) :: y(n)
+  integer :: i
+  do i = 1, n
+    y(i) = sign(1d0, -u(i) * 0d0) * u(i) + sign(u(i), -0d0) + sign(2d0, u(i) - u(i)) + sign(3, -i) * u(i)
+  end do
+end subroutine
+"""
+
+
+def test_sign_takes_the_sign_of_a_negative_zero(backend):
+    """SIGN(A, -0.0) is -|A| (gfortran's processor has signed zeros); it was |A|."""
+    check_source(SIGNED_ZERO, "upwind_signs", (3, RNG.random(3) + 0.5, _z(3)), backend)
+
+
+CHARACTER_CASE = """
+subroutine apply(n, op, x, y)
+  integer, intent(in) :: n
+  character(len=*), intent(in) :: op
+  real(8), intent(in) :: x(n)
+  real(8), intent(out) :: y(n)
+  select case (op)
+  case ('square')
+    y = x * x
+  case ('exp', 'EXP')
+    y = exp(x)
+  case ('m':'p')
+    y = -x
+  case default
+    y = x
+  end select
+end subroutine
+subroutine driver(n, x, y)
+  integer, intent(in) :: n
+  real(8), intent(in) :: x(n)
+  real(8), intent(out) :: y(n)
+  real(8) :: t(n)
+  call apply(n, 'exp', x, t)
+  call apply(n, 'square', t, y)
+  call apply(n, 'neg', y, t)
+  call apply(n, 'copy', t, y)
+end subroutine
+"""
+
+
+def test_select_case_on_a_character_value_known_when_captured(backend):
+    check_source(CHARACTER_CASE, "driver", (5, RNG.random(5), _z(5)), backend)
+
+
+KEYWORD_NAMES = """
+subroutine scaled(n, in, is, lambda, def)
+  integer, intent(in) :: n
+  real(8), intent(in) :: in(n), is
+  real(8), intent(out) :: lambda(n), def
+  integer :: if
+  if = 2
+  lambda = in * is + if
+  def = sum(lambda)
+end subroutine
+"""
+
+
+def test_dummies_named_like_python_keywords():
+    """IN, IS, LAMBDA are Fortran names like any other: passed by position, or by keyword with a
+    trailing underscore (in_=...)."""
+    import flowgrad
+    prog = flowgrad.from_fortran(KEYWORD_NAMES, "scaled")
+    x = RNG.random(3)
+    lam, d = prog(3, in_=x, is_=1.5, backend="numpy")
+    np.testing.assert_allclose(lam, 1.5 * x + 2)
+    check_program(prog, Gfortran(prog, KEYWORD_NAMES), (3, x, 1.5, _z(3), 0.0), "numpy")
+
+
+RUN_TIME_STRIDE = """
+subroutine strided(n, k, x, s)
+  integer, intent(in) :: n, k
+  real(8), intent(in) :: x(n)
+  real(8), intent(out) :: s
+  integer :: i
+  s = 0
+  do i = n, 1, k
+    s = s * 0.5d0 + x(i)
+  end do
+  s = s + sum(x(n:1:k) ** 2)
+end subroutine
+"""
+
+
+def test_a_section_with_a_negative_stride_known_only_at_run_time(backend):
+    """x(n:1:k) with k = -2 at run time reaches x(1); the NumPy backend's slice stopped at the
+    end of the axis instead (a negative stop counts from the end)."""
+    check_source(RUN_TIME_STRIDE, "strided", (9, -2, RNG.random(9), 0.0), backend)
+    check_source(RUN_TIME_STRIDE, "strided", (9, 3, RNG.random(9), 0.0), backend)
