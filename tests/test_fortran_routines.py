@@ -596,3 +596,44 @@ def test_a_section_with_a_negative_stride_known_only_at_run_time(backend):
     end of the axis instead (a negative stop counts from the end)."""
     check_source(RUN_TIME_STRIDE, "strided", (9, -2, RNG.random(9), 0.0), backend)
     check_source(RUN_TIME_STRIDE, "strided", (9, 3, RNG.random(9), 0.0), backend)
+
+
+SPECIAL_FUNCTIONS = """
+! a gamma-distribution closure, as microphysics schemes write them
+subroutine closure(n, mu, x, y, total)
+  integer, intent(in) :: n
+  real(8), intent(in) :: mu, x(n)
+  real(8), intent(out) :: y(n), total
+  real(8) :: m(n, 2)
+  integer :: i
+  do i = 1, n
+    y(i) = gamma(mu + 4d0) / gamma(mu + 1d0) * x(i) ** 3 + 0.5d0 * (1d0 + erf((x(i) - 0.5d0) / sqrt(2d0))) &
+           + atan(x(i)) + datan(2d0 * x(i))
+  end do
+  m(:, 1) = hypot(x, y)
+  m(:, 2) = erf(x) * gamma(-x - 0.5d0) + log_gamma(x + 1d0)
+  total = norm2(m) + sum(norm2(m, dim=2))
+end subroutine
+"""
+
+
+def test_special_functions_erf_gamma_hypot_norm2_and_one_argument_atan(backend):
+    """ERF, GAMMA (negative arguments too), HYPOT, NORM2 (with DIM) and ATAN(X), which failed
+    with a KeyError (its argument was looked up as ATAN2's)."""
+    check_source(SPECIAL_FUNCTIONS, "closure", (5, 1.5, RNG.random(5) + 0.1, _z(5), 0.0), backend)
+
+
+@pytest.mark.parametrize("call, name", [("erfc(x)", "ERFC"), ("bessel_j0(x)", "BESSEL_J0"),
+                                        ("dble(ishft(n, 2)) * x", "ISHFT")])
+def test_standard_intrinsics_not_supported_are_named_as_intrinsics(call, name):
+    import flowgrad
+    prog = flowgrad.from_fortran(f"""
+subroutine s(n, x, y)
+  integer, intent(in) :: n
+  real(8), intent(in) :: x
+  real(8), intent(out) :: y
+  y = {call}
+end subroutine
+""", "s")
+    with pytest.raises(flowgrad.UnsupportedError, match=f"<fortran source>:6: unsupported intrinsic {name}"):
+        prog(2, 0.5, backend="numpy")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...errors import unsupported
 from ...ir.core import Assign, Call, Const, Read, Ref, const_value, iter_reads
 from .exprs import Text, const, convert, fold, mk
-from .intrinsics import PARAMS, RAW, call_intrinsic, call_raw, canonical, is_intrinsic
+from .intrinsics import PARAMS, RAW, call_intrinsic, call_raw, canonical, is_intrinsic, is_standard_intrinsic
 from .scope import Absent, ArrayView, Value, Var, declarations, extent
 from .source import _fparser
 
@@ -47,6 +47,9 @@ class CallLowering:
         if proc is None:
             if is_intrinsic(name):
                 return self.intrinsic(name, arg_nodes)
+            if is_standard_intrinsic(name):
+                raise unsupported(self.loc, f"intrinsic {name.upper()}", "it is not supported yet: write it out, or "
+                                  "pass its values as an argument")
             raise unsupported(self.loc, f"reference to unknown function {name}",
                               "its source is not among the sources given to from_fortran (or declare the array)")
         if isinstance(proc, list):

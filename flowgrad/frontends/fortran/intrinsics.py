@@ -13,6 +13,7 @@ from ...ir.core import BOOL, I64, Call, Read, Ref, as_expr, const_value
 from .. import numpy_api
 from .exprs import Text, const, convert, fortran_mod, int_div, mk, numeric_type
 from .scope import Absent, Var
+from .source import _fparser
 from .types import F32, F64, TypeSpec, machine, selected_int_kind, selected_real_kind
 
 _MATH = {"sqrt": "sqrt", "exp": "exp", "log": "log", "log10": "log10", "sin": "sin", "cos": "cos", "tan": "tan",
@@ -24,12 +25,19 @@ _SPECIFIC = {"dsqrt": "sqrt", "dexp": "exp", "dlog": "log", "alog": "log", "dlog
              "dsinh": "sinh", "dcosh": "cosh", "dtanh": "tanh", "dabs": "abs", "iabs": "abs", "datan2": "atan2",
              "dmod": "mod", "amod": "mod", "dsign": "sign", "isign": "sign", "amax1": "max", "dmax1": "max",
              "max0": "max", "amin1": "min", "dmin1": "min", "min0": "min", "idint": "int", "ifix": "int",
-             "dfloat": "dble", "idnint": "nint", "dint": "aint", "dnint": "anint", "ddim": "dim", "idim": "dim"}
+             "dfloat": "dble", "idnint": "nint", "dint": "aint", "dnint": "anint", "ddim": "dim", "idim": "dim",
+             "derf": "erf", "dgamma": "gamma", "dlgama": "log_gamma", "algama": "log_gamma"}
+# standard intrinsics (Fortran 2008) not supported here, named as intrinsics in the error, with
+# fparser's Fortran 2003 list
+_OTHER_INTRINSICS = {"erfc", "erfc_scaled", "bessel_j0", "bessel_j1", "bessel_jn", "bessel_y0", "bessel_y1", "bessel_yn",
+                     "parity", "findloc", "iall", "iany", "iparity", "shifta", "shiftl", "shiftr", "popcnt",
+                     "poppar", "leadz", "trailz", "storage_size"}
 
 # keyword names of each intrinsic's arguments, in order
 PARAMS = {
     "abs": ("a",), "sign": ("a", "b"), "mod": ("a", "p"), "modulo": ("a", "p"), "dim": ("x", "y"),
-    "atan2": ("y", "x"), "atan": ("y", "x"), "dprod": ("x", "y"),
+    "atan2": ("y", "x"), "atan": ("y", "x"), "dprod": ("x", "y"), "hypot": ("x", "y"), "gamma": ("x",), "erf": ("x",),
+    "norm2": ("x", "dim"),
     "real": ("a", "kind"), "dble": ("a",), "float": ("a",), "sngl": ("a",), "int": ("a", "kind"),
     "nint": ("a", "kind"), "anint": ("a", "kind"), "aint": ("a", "kind"), "floor": ("a", "kind"),
     "ceiling": ("a", "kind"), "merge": ("tsource", "fsource", "mask"),
@@ -44,7 +52,7 @@ PARAMS = {
     "spread": ("source", "dim", "ncopies"), "cshift": ("array", "shift", "dim"),
     "eoshift": ("array", "shift", "boundary", "dim"), "precision": ("x",), "digits": ("x",), "max": (), "min": (),
 }
-PARAMS.update({name: ("x",) for name in _MATH})
+PARAMS.update({name: ("x",) for name in _MATH if name not in PARAMS})     # ATAN(Y, X) keeps its two
 # inquiry functions: their array argument is not evaluated as a value (its bounds are what counts)
 RAW = {"present", "allocated", "associated", "lbound", "ubound", "size", "shape", "kind", "epsilon", "huge", "tiny",
        "precision", "digits"}
@@ -57,6 +65,12 @@ def canonical(name):
 def is_intrinsic(name):
     name = canonical(name)
     return name in PARAMS
+
+
+def is_standard_intrinsic(name):
+    """Whether ``name`` is a standard Fortran intrinsic (supported here or not)."""
+    F = _fparser()[2]
+    return is_intrinsic(name) or name in _OTHER_INTRINSICS or name.upper() in F.Intrinsic_Name.function_names
 
 
 def _real(e, loc):
@@ -161,15 +175,47 @@ def _dim(lo, a):
 
 
 def _atan(lo, a):
-    if "x" in a:
+    """ATAN(X), or ATAN(Y, X) as ATAN2."""
+    if "y" in a and "x" in a:
         return _atan2(lo, a)
-    return mk("arctan", _real(a["y"], lo.loc))
+    return mk("arctan", _real(a.get("y", a.get("x")), lo.loc))
 
 
 def _atan2(lo, a):
     y, x = _real(a["y"], lo.loc), _real(a["x"], lo.loc)
     dt = numeric_type(y.dtype, x.dtype)
     return mk("arctan2", convert(y, dt), convert(x, dt))
+
+
+def _hypot(lo, a):
+    x, y = _real(a["x"], lo.loc), _real(a["y"], lo.loc)
+    dt = numeric_type(x.dtype, y.dtype)
+    return mk("hypot", convert(x, dt), convert(y, dt))
+
+
+def _gamma(lo, a):
+    """GAMMA(X) = ±exp(LOG_GAMMA(X)): negative where X < 0 has an odd floor (between -1 and 0,
+    -3 and -2, ...)."""
+    x = _real(a["x"], lo.loc)
+    negative = mk("logical_and", mk("less", x, const(0, x.dtype)),
+                  mk("not_equal", mk("mod", mk("floor", x), const(2, x.dtype)), const(0, x.dtype)))
+    magnitude = mk("exp", mk("gammaln", x))
+    return mk("where", negative, mk("negative", magnitude), magnitude)
+
+
+def _erf(lo, a):
+    """ERF(X): the IR's error function call (SciPy's erf; ``math.erf`` in native code)."""
+    x = lo.whole(_real(a["x"], lo.loc))
+    out = lo.temp("erf", x.dtype, x.shape)
+    lo.emit(Call("erf", [x], [out], {}, loc=lo.loc))
+    return Read(Ref(out) if out.ndim else Ref(out, ()))
+
+
+def _norm2(lo, a):
+    """NORM2(X [, DIM]): the Euclidean norm, of the whole array or along DIM."""
+    x = _real(a["x"], lo.loc)
+    axis = None if a.get("dim") is None else _axis(lo, x, a["dim"])
+    return mk("sqrt", numpy_api.reduce(lo, "sum", mk("multiply", x, x), axis, False, lo.loc))
 
 
 def _dprod(lo, a):
@@ -308,7 +354,6 @@ def _transpose(lo, a):
 
 def _bounds_of(lo, node):
     """(lower bounds, extents) per Fortran dimension of an array argument node."""
-    from .source import _fparser
     F = _fparser()[2]
     if isinstance(node, F.Name):
         b = lo.lookup(str(node).lower(), create=False)
@@ -401,7 +446,6 @@ def _selected_int_kind(lo, a):
 
 
 def _present(lo, a, nodes):
-    from .source import _fparser
     F = _fparser()[2]
     node = nodes["a"]
     if not isinstance(node, F.Name):
@@ -412,7 +456,6 @@ def _present(lo, a, nodes):
 
 def _allocated(lo, a, nodes):
     kind, target = None, None
-    from .source import _fparser
     F = _fparser()[2]
     node = nodes["array"]
     if isinstance(node, F.Name):
@@ -506,7 +549,7 @@ def _shift(circular):
 
 _HANDLERS = {
     "abs": _abs, "sign": _sign, "mod": _mod, "modulo": _modulo, "dim": _dim, "atan": _atan, "atan2": _atan2,
-    "dprod": _dprod, "real": _to_real(F32), "float": _to_real(F32), "sngl": _to_real(F32), "dble": _to_real(F64),
+    "dprod": _dprod, "hypot": _hypot, "gamma": _gamma, "erf": _erf, "norm2": _norm2, "real": _to_real(F32), "float": _to_real(F32), "sngl": _to_real(F32), "dble": _to_real(F64),
     "int": _int, "nint": _nint, "anint": _anint, "aint": _aint, "floor": _floor("floor"),
     "ceiling": _floor("ceil"), "merge": _merge,
     "sum": _reduction("sum", lambda dt: const(0, dt)), "product": _reduction("product", lambda dt: const(1, dt)),
@@ -528,4 +571,4 @@ def call_raw(lo, name, nodes_by_key):
     return _RAW_HANDLERS[canonical(name)](lo, None, nodes_by_key)
 
 
-__all__ = ["call_intrinsic", "call_raw", "is_intrinsic", "canonical", "PARAMS", "RAW"]
+__all__ = ["call_intrinsic", "call_raw", "is_intrinsic", "is_standard_intrinsic", "canonical", "PARAMS", "RAW"]
