@@ -887,7 +887,7 @@ def test_a_numpy_loss_calls_the_program(backend):
 
 @pytest.mark.ml
 @pytest.mark.skipif(not have_module("torch"), reason="needs PyTorch")
-def test_a_pytorch_training_step_calls_the_program():
+def test_a_pytorch_training_step_calls_the_program(backend):
     import torch
     import flowgrad
     import flowgrad.torch
@@ -897,7 +897,7 @@ def test_a_pytorch_training_step_calls_the_program():
         w, v = prog(5, 3, a, u)
         return w
 
-    sim = flowgrad.torch.function(simulate, backend="numpy")
+    sim = flowgrad.torch.function(simulate, backend=backend)
     net = torch.nn.Linear(3, 3, dtype=torch.float64)
     x = torch.tensor(RNG.random((5, 3)))
     opt = torch.optim.SGD(net.parameters(), lr=0.1)

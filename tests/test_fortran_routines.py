@@ -637,3 +637,157 @@ end subroutine
 """, "s")
     with pytest.raises(flowgrad.UnsupportedError, match=f"<fortran source>:6: unsupported intrinsic {name}"):
         prog(2, 0.5, backend="numpy")
+
+
+DIMENSIONED_BY_A_RECORD = """
+module grid_kinds
+  implicit none
+  type grid_t
+    integer :: nx, nz
+    real(8) :: dz
+  end type grid_t
+contains
+  subroutine diffuse(g, kappa, t, flux)
+    type(grid_t), intent(in) :: g
+    real(8), intent(in) :: kappa
+    real(8), intent(inout) :: t(g%nx, g%nz)
+    real(8), intent(out) :: flux(g%nx, 0:g%nz)
+    flux(:, 1:g%nz-1) = -kappa * (t(:, 2:g%nz) - t(:, 1:g%nz-1)) / g%dz
+    flux(:, 0) = 0d0
+    flux(:, g%nz) = 0d0
+    t = t - (flux(:, 1:g%nz) - flux(:, 0:g%nz-1)) / g%dz
+  end subroutine diffuse
+end module grid_kinds
+
+subroutine column_model(nx, nz, nsteps, kappa, t, heat)
+  use grid_kinds
+  implicit none
+  integer, intent(in) :: nx, nz, nsteps
+  real(8), intent(in) :: kappa
+  real(8), intent(inout) :: t(nx, nz)
+  real(8), intent(out) :: heat
+  type(grid_t) :: g
+  real(8) :: f(nx, 0:nz)
+  integer :: k
+  g%nx = nx
+  g%nz = nz
+  g%dz = 1d0 / nz
+  do k = 1, nsteps
+    call diffuse(g, kappa, t, f)
+  end do
+  heat = sum(t) + sum(f(:, 1:nz-1) ** 2)
+end subroutine column_model
+"""
+
+
+def test_dummies_dimensioned_by_values_known_only_at_run_time(backend):
+    """Explicit-shape dummies sized by a derived type's components (set at run time) take their
+    actual arguments as they are, checked when the program runs; they were refused."""
+    import flowgrad
+    prog, _ = check_source(DIMENSIONED_BY_A_RECORD, "column_model", (3, 6, 4, 1e-3, RNG.random((3, 6)), 0.0),
+                           backend)
+    for old, new, extents in [("g%nx = nx", "g%nx = nx - 1", "2 declared where it has 3, 6 declared where it has 6"),
+                              ("g%nz = nz", "g%nz = nz + 1", "3 declared where it has 3, 7 declared where it has 6")]:
+        prog = flowgrad.from_fortran(DIMENSIONED_BY_A_RECORD.replace(old, new), "column_model")
+        with pytest.raises(ValueError, match=f":35: dummy t of diffuse does not fit its actual argument t: an "
+                                             f"extent {extents};"):
+            prog(3, 6, 4, 1e-3, RNG.random((3, 6)), backend=backend)
+
+
+ADVECTION_DIFFUSION = """
+module grid_mod
+  implicit none
+  integer, parameter :: rk = selected_real_kind(15, 307)
+  type grid_t
+    integer :: nx, ny
+    real(rk) :: dx, dy
+  end type grid_t
+contains
+  elemental real(rk) function vanleer(r) result(phi)
+    real(rk), intent(in) :: r
+    phi = (r + abs(r)) / (1.0_rk + abs(r))
+  end function vanleer
+
+  subroutine halo(q)
+    real(rk), intent(inout) :: q(0:, 0:)
+    integer :: nx, ny
+    nx = ubound(q, 1) - 1
+    ny = ubound(q, 2) - 1
+    q(0, :) = q(nx, :)
+    q(nx+1, :) = q(1, :)
+    q(:, 0) = q(:, ny)
+    q(:, ny+1) = q(:, 1)
+  end subroutine halo
+
+  subroutine tendency(g, u, v, kappa, q, dq)
+    type(grid_t), intent(in) :: g
+    real(rk), intent(in) :: u, v, kappa
+    real(rk), intent(in) :: q(0:g%nx+1, 0:g%ny+1)
+    real(rk), intent(out) :: dq(g%nx, g%ny)
+    real(rk) :: fx(0:g%nx, g%ny), fy(g%nx, 0:g%ny), rr, eps
+    integer :: i, j
+    eps = 1.0e-12_rk
+    do j = 1, g%ny
+      do i = 0, g%nx
+        if (u >= 0.0_rk) then
+          if (i >= 1) then
+            rr = (q(i, j) - q(i-1, j)) / (q(i+1, j) - q(i, j) + sign(eps, q(i+1, j) - q(i, j)))
+          else
+            rr = 0.0_rk
+          end if
+          fx(i, j) = u * (q(i, j) + 0.5_rk * vanleer(rr) * (q(i+1, j) - q(i, j)))
+        else
+          fx(i, j) = u * q(i+1, j)
+        end if
+      end do
+    end do
+    do j = 0, g%ny
+      fy(:, j) = v * merge(q(1:g%nx, j), q(1:g%nx, j+1), v >= 0.0_rk)
+    end do
+    dq = -(fx(1:g%nx, :) - fx(0:g%nx-1, :)) / g%dx - (fy(:, 1:g%ny) - fy(:, 0:g%ny-1)) / g%dy &
+         + kappa * ((q(2:g%nx+1, 1:g%ny) - 2 * q(1:g%nx, 1:g%ny) + q(0:g%nx-1, 1:g%ny)) / g%dx**2 &
+                  + (q(1:g%nx, 2:g%ny+1) - 2 * q(1:g%nx, 1:g%ny) + q(1:g%nx, 0:g%ny-1)) / g%dy**2)
+  end subroutine tendency
+end module grid_mod
+
+subroutine run_model(nx, ny, nsteps, dt, u, v, kappa, q0, q, maxq, nrun)
+  use grid_mod
+  implicit none
+  integer, intent(in) :: nx, ny, nsteps
+  real(rk), intent(in) :: dt, u, v, kappa
+  real(rk), intent(in) :: q0(nx, ny)
+  real(rk), intent(out) :: q(nx, ny), maxq
+  integer, intent(out) :: nrun
+  type(grid_t) :: g
+  real(rk), allocatable :: qh(:, :), k1(:, :), k2(:, :)
+  integer :: step
+  g%nx = nx; g%ny = ny
+  g%dx = 1.0_rk / nx; g%dy = 1.0_rk / ny
+  allocate(qh(0:nx+1, 0:ny+1), k1(nx, ny), k2(nx, ny))
+  qh = 0.0_rk
+  qh(1:nx, 1:ny) = q0
+  nrun = 0
+  do step = 1, nsteps
+    if (abs(u) * dt / g%dx > 1.0_rk) exit
+    call halo(qh)
+    call tendency(g, u, v, kappa, qh, k1)
+    qh(1:nx, 1:ny) = qh(1:nx, 1:ny) + dt * k1
+    call halo(qh)
+    call tendency(g, u, v, kappa, qh, k2)
+    qh(1:nx, 1:ny) = qh(1:nx, 1:ny) + 0.5_rk * dt * (k2 - k1)
+    nrun = nrun + 1
+  end do
+  q = qh(1:nx, 1:ny)
+  maxq = maxval(q)
+  deallocate(qh, k1, k2)
+end subroutine run_model
+"""
+
+
+def test_an_advection_diffusion_model_with_a_grid_type_halos_and_a_limiter():
+    """A small model as a scientist lays it out: a grid type whose components size the dummies,
+    a halo exchange on assumed-shape arrays with lower bounds 0, an elemental flux limiter,
+    allocatable work arrays, a time loop that may stop early. (The native backend's compile of
+    it takes about 40 s: it runs on the NumPy backend here.)"""
+    check_source(ADVECTION_DIFFUSION, "run_model", (6, 5, 4, 0.01, 0.7, -0.4, 0.01, RNG.random((6, 5)), _z(6, 5),
+                                                    0.0, 0), "numpy")

@@ -11,7 +11,7 @@ actuals.
 from __future__ import annotations
 
 from ...errors import unsupported
-from ...ir.core import Assign, Call, Const, Read, Ref, const_value, iter_reads
+from ...ir.core import BOOL, Assign, Call, Const, Read, Ref, const_value, iter_reads
 from .exprs import Text, const, convert, fold, mk
 from .intrinsics import PARAMS, RAW, call_intrinsic, call_raw, canonical, is_intrinsic, is_standard_intrinsic
 from .scope import Absent, ArrayView, Value, Var, declarations, extent
@@ -436,23 +436,37 @@ class CallLowering:
                     raise unsupported(self.loc, f"assumed-size dummy {d} of rank {rd} for a rank-{target.rank} "
                                       "argument of size known only at run time", "pass an array of the dummy's rank")
                 extents[-1] = const(const_value(have) // const_value(lead))
-        if len(extents) == target.rank and self._fits(extents, target.extents):
+        pending = self._fits(extents, target.extents) if len(extents) == target.rank else None
+        if pending is not None:
+            if pending:
+                self.check_extents(pending, f"dummy {d} of {frame.proc.name}", node)
             view = ArrayView(target.container, target.axes, lbounds, extents)
             return self._typed_view(d, tspec, dtype, view, dd, copy_out)
         return self.copy_in(d, tspec, dtype, target, lbounds, extents, dd, copy_out)
 
     def _fits(self, want, have):
-        """Whether the dummy's extents ``want`` lie within the actual's ``have`` as a view: every
-        extent but the last equal, the last no longer (when known)."""
+        """Whether the dummy's extents ``want`` lie within the actual's ``have`` as a view (every
+        extent but the last equal, the last no longer): None if not, else the pairs of extents
+        known only at run time that must then be equal (the last as (w, min(w, h)))."""
+        pending = []
         for k, (w, h) in enumerate(zip(want, have)):
             cw, ch = const_value(fold(w)), const_value(fold(h))
             last = k == len(want) - 1
             if cw is not None and ch is not None:
                 if cw > ch or (not last and cw != ch):
-                    return False
-            elif not last and not _same(w, h):
-                return False
-        return True
+                    return None
+            elif not _same(w, h):
+                pending.append((w, mk("minimum", w, h) if last else h))
+        return pending
+
+    def check_extents(self, pairs, dummy, actual):
+        """A run-time check that each pair (the dummy's extent, the actual's) is equal."""
+        flag = self.temp("extents_ok", BOOL, ())
+        differ = ", ".join(["{} declared where it has {}"] * len(pairs))
+        message = f"{self.loc}: {dummy} does not fit its actual argument {actual}: an extent {differ}; " \
+                  "pass an array of the dummy's shape"
+        self.emit(Call("check_sizes", [e for pair in pairs for e in pair], [flag], {"message": message},
+                       loc=self.loc))
 
     def element_of(self, node):
         """(view, Fortran subscripts) of an array element designator, else None."""
