@@ -527,7 +527,8 @@ end subroutine
 
 
 def test_transformational_intrinsics_and_do_concurrent(backend):
-    check_source(INTRINSICS, "intr", (6, RNG.random(6), RNG.random((6, 3)), np.zeros(10), np.zeros(4, np.int32)), backend)
+    check_source(INTRINSICS, "intr", (6, RNG.random(6), RNG.random((6, 3)), np.zeros(10), np.zeros(4, np.int32)),
+                 backend)
 
 
 NEWTON = """

@@ -791,3 +791,27 @@ def test_an_advection_diffusion_model_with_a_grid_type_halos_and_a_limiter():
     it takes about 40 s: it runs on the NumPy backend here.)"""
     check_source(ADVECTION_DIFFUSION, "run_model", (6, 5, 4, 0.01, 0.7, -0.4, 0.01, RNG.random((6, 5)), _z(6, 5),
                                                     0.0, 0), "numpy")
+
+
+EMPTY_EXTREMES = """
+subroutine extremes(n, k1, k2, a, s, cm, rm)
+  integer, intent(in) :: n, k1, k2
+  real(8), intent(in) :: a(n, 3)
+  real(8), intent(out) :: s, cm(3), rm(n)
+  s = maxval(a(k1:k2, 1)) + minval(a(k1:k2, :)) * 1d-300 + maxval(a(:, 1))
+  cm = maxval(a(k1:k2, :), dim=1)
+  rm = minval(a(:, 1:k2-k1), dim=2)
+  if (k2 < k1) then
+    s = -s * 1d-300
+    cm = cm * 1d-300
+    rm = rm * 1d-300
+  end if
+end subroutine
+"""
+
+
+@pytest.mark.parametrize("k1, k2", [(3, 2), (2, 4)])
+def test_maxval_and_minval_of_no_elements_are_minus_and_plus_huge(k1, k2, backend):
+    """Over a section with no elements (k2 < k1 at run time) MAXVAL is -HUGE and MINVAL HUGE; the
+    NumPy backend raised a ValueError, the native one gave -inf."""
+    check_source(EMPTY_EXTREMES, "extremes", (4, k1, k2, RNG.random((4, 3)), 0.0, _z(3), _z(4)), backend)

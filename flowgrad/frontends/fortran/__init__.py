@@ -27,8 +27,9 @@ class FortranProgram:
     """A Fortran subroutine or function, callable on NumPy arrays and differentiable.
 
     ``prog(*args, modules=None)`` runs it: arguments in dummy order, or by name (``in_=`` for a
-    dummy named like a Python keyword), with numpy.f2py's index convention, returning the final values of the dummies it may write (``prog.outputs``), one
-    value or a tuple, a function's result first. The caller's arrays are never modified.
+    dummy named like a Python keyword), with numpy.f2py's index convention, returning the final
+    values of the dummies it may write (``prog.outputs``), one value or a tuple, a function's
+    result first. The caller's arrays are never modified.
     ``flowgrad.vjp(prog, *args)`` returns ``(outputs, pullback)``; ``pullback(cotangents)``
     (one per output, a tuple when there are several) gives the gradient of every float argument,
     in argument order (or of the ``wrt`` names given: arguments, and module variables as

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import unsupported
-from ...ir.core import BOOL, I64, Call, Read, Ref, as_expr, const_value
+from ...ir.core import BOOL, I64, Assign, Call, If, Read, Ref, as_expr, const_value
 from .. import numpy_api
 from .exprs import Text, const, convert, fortran_mod, int_div, mk, numeric_type
 from .scope import Absent, Var
@@ -29,9 +29,9 @@ _SPECIFIC = {"dsqrt": "sqrt", "dexp": "exp", "dlog": "log", "alog": "log", "dlog
              "derf": "erf", "dgamma": "gamma", "dlgama": "log_gamma", "algama": "log_gamma"}
 # standard intrinsics (Fortran 2008) not supported here, named as intrinsics in the error, with
 # fparser's Fortran 2003 list
-_OTHER_INTRINSICS = {"erfc", "erfc_scaled", "bessel_j0", "bessel_j1", "bessel_jn", "bessel_y0", "bessel_y1", "bessel_yn",
-                     "parity", "findloc", "iall", "iany", "iparity", "shifta", "shiftl", "shiftr", "popcnt",
-                     "poppar", "leadz", "trailz", "storage_size"}
+_OTHER_INTRINSICS = {"erfc", "erfc_scaled", "bessel_j0", "bessel_j1", "bessel_jn", "bessel_y0", "bessel_y1",
+                     "bessel_yn", "parity", "findloc", "iall", "iany", "iparity", "shifta", "shiftl", "shiftr",
+                     "popcnt", "poppar", "leadz", "trailz", "storage_size"}
 
 # keyword names of each intrinsic's arguments, in order
 PARAMS = {
@@ -285,8 +285,26 @@ def _reduction(name, fill):
             x = mk("where", a["mask"], x, fill(x.dtype))
         axis = None if a.get("dim") is None else _axis(lo, x, a["dim"])
         op_name = {"sum": "sum", "product": "prod", "maxval": "max", "minval": "min"}[name]
+        if name in ("maxval", "minval"):
+            return _extreme(lo, op_name, x, axis, fill(x.dtype))
         return numpy_api.reduce(lo, op_name, x, axis, False, lo.loc)
     return handler
+
+
+def _extreme(lo, op_name, x, axis, fill):
+    """MAXVAL/MINVAL: over no elements (a section such as x(k1:k2) with k2 < k1) -HUGE or HUGE, as
+    Fortran defines them, where NumPy's max has no value."""
+    count = const(1)
+    for e in (x.shape if axis is None else (x.shape[axis],)):
+        count = mk("multiply", count, as_expr(e))
+    if (const_value(count) or 0) > 0:
+        return numpy_api.reduce(lo, op_name, x, axis, False, lo.loc)
+    some, value = lo.collect(numpy_api.reduce, lo, op_name, x, axis, False, lo.loc)
+    out = lo.temp(op_name, value.dtype, value.shape)
+    ref = Ref(out) if out.ndim else Ref(out, ())
+    some.append(Assign(ref, value, loc=lo.loc))
+    lo.emit(If(mk("greater", count, const(0)), some, [Assign(ref, fill, loc=lo.loc)], loc=lo.loc))
+    return Read(ref)
 
 
 def _count(lo, a):
@@ -549,7 +567,8 @@ def _shift(circular):
 
 _HANDLERS = {
     "abs": _abs, "sign": _sign, "mod": _mod, "modulo": _modulo, "dim": _dim, "atan": _atan, "atan2": _atan2,
-    "dprod": _dprod, "hypot": _hypot, "gamma": _gamma, "erf": _erf, "norm2": _norm2, "real": _to_real(F32), "float": _to_real(F32), "sngl": _to_real(F32), "dble": _to_real(F64),
+    "dprod": _dprod, "hypot": _hypot, "gamma": _gamma, "erf": _erf, "norm2": _norm2, "real": _to_real(F32),
+    "float": _to_real(F32), "sngl": _to_real(F32), "dble": _to_real(F64),
     "int": _int, "nint": _nint, "anint": _anint, "aint": _aint, "floor": _floor("floor"),
     "ceiling": _floor("ceil"), "merge": _merge,
     "sum": _reduction("sum", lambda dt: const(0, dt)), "product": _reduction("product", lambda dt: const(1, dt)),

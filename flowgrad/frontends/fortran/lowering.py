@@ -489,7 +489,8 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
                 raise unsupported(self.loc, f"structure constructor {node}", f"TYPE({tspec.derived}) has "
                                   f"{len(names)} components")
             if comp not in comps:
-                raise unsupported(self.loc, f"component {comp} in {node}", f"TYPE({tspec.derived}) has no such component")
+                raise unsupported(self.loc, f"component {comp} in {node}",
+                                  f"TYPE({tspec.derived}) has no such component")
             out[comp] = (scope, value)
         return out
 
