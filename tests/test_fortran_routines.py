@@ -3,11 +3,11 @@ driver with internal procedures, a saturation adjustment by Newton iteration, sl
 by SELECT CASE, WHERE with lower bounds other than 1, reductions along DIM, FORTRAN 77 with implicit
 typing and labelled loops, a parameter set in a derived type, single precision, in-place updates.
 Each is checked against gfortran (forward) and central differences of the gfortran routine
-(gradient) on both backends. Below them, the defects such routines found, each pinned by a test."""
+(gradient) on both backends. test_fortran_regressions.py pins the defects such routines found."""
 import numpy as np
 import pytest
 
-from fortran_oracle import Gfortran, check_program, check_source, needs_fortran
+from fortran_oracle import Gfortran, check_source, needs_fortran
 
 pytestmark = needs_fortran
 
@@ -377,6 +377,74 @@ end subroutine integrate
 """
 
 
+SMOOTH_AND_CLASSIFY = """
+module af
+  implicit none
+  integer, parameter :: dp = kind(1d0)
+contains
+  function smooth(x) result(y)
+    real(dp), intent(in) :: x(:)
+    real(dp) :: y(size(x))
+    integer :: i, n
+    n = size(x)
+    y = x
+    do i = 2, n - 1
+      y(i) = 0.25_dp * x(i-1) + 0.5_dp * x(i) + 0.25_dp * x(i+1)
+    end do
+  end function
+  pure logical function wet(h)
+    real(dp), intent(in) :: h
+    wet = h > 0.3_dp
+  end function
+end module
+subroutine drv(n, h, out)
+  use af
+  integer, intent(in) :: n
+  real(dp), intent(in) :: h(n)
+  real(dp), intent(out) :: out(n)
+  real(dp) :: s(n)
+  s = smooth(smooth(h))
+  where (s > 0.5_dp)
+    where (h > 0.7_dp)
+      out = s * h
+    elsewhere
+      out = s
+    end where
+  elsewhere
+    out = -s
+  end where
+  if (wet(out(1))) out(1) = out(1) * 2
+end subroutine
+"""
+
+FIRST_ABOVE = """
+subroutine first_above(n, x, t, k, s, j2)
+  integer, intent(in) :: n
+  real(8), intent(in) :: x(n), t
+  integer, intent(out) :: k, j2
+  real(8), intent(out) :: s
+  integer :: i, j
+  do i = 1, n
+    if (x(i) > t) exit
+  end do
+  k = i
+  s = 0
+  do j = n, 1, -1
+    s = s + x(j)
+    if (s > t) then
+      exit
+    end if
+    do i = 1, 3
+      if (i == 2) cycle
+      s = s + 0.01d0 * i * x(j)
+    end do
+  end do
+  j2 = j * 10 + i
+  if (k <= n) s = s + x(k)
+end subroutine
+"""
+
+
 def _z(*shape, dtype=np.float64):
     return np.zeros(shape, dtype)
 
@@ -411,6 +479,10 @@ ROUTINES = [
               np.array([240., 255., 262., 270., 278., 290.]), 1e-2 * RNG.random(6), 1e-3 * RNG.random(6),
               _z(7), _z(6)), {}),
     ("rk4-internal-function", LORENZ_RK4, "integrate", lambda: (20, 0.01, 28.0, np.ones(3), _z(3)), {}),
+    ("array-function-nested-where", SMOOTH_AND_CLASSIFY, "drv", lambda: (7, RNG.random(7), _z(7)), {}),
+    # the loop variables' values after EXIT, and after a loop that ran to its end
+    ("index-after-exit", FIRST_ABOVE, "first_above", lambda: (6, RNG.random(6), 0.8, 0, 0.0, 0), {}),
+    ("index-after-no-exit", FIRST_ABOVE, "first_above", lambda: (6, RNG.random(6), 5.0, 0, 0.0, 0), {}),
 ]
 
 
@@ -427,271 +499,6 @@ def test_single_precision_is_computed_in_single_precision():
     got = prog(*args, backend="numpy")
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, Gfortran(prog, LOGISTIC_SINGLE)(*args))
-
-
-# ---------------------------------------------------------------- defects found, pinned
-
-RECORDS = """
-module pset
-  implicit none
-  type tp
-    real(8) :: a = 1d0
-    real(8) :: b = 2d0
-    real(8) :: w(2) = [0.5d0, 0.25d0]
-  end type tp
-  type(tp) :: modp = tp(3d0, w=[1d0, 2d0], b=4d0)
-  type(tp), parameter :: fixed = tp(b=-1d0)
-  real(8) :: c(3) = [1d0, 2d0, 3d0]
-end module pset
-
-subroutine records(x, y)
-  use pset
-  implicit none
-  real(8), intent(in) :: x
-  real(8), intent(out) :: y(5)
-  type(tp) :: loc = tp(5d0, 6d0)
-  type(tp) :: r, s
-  r = tp(x * 2d0, x + 1d0, [x, 3d0])
-  s = fixed
-  y(1) = loc%a * x + loc%b + loc%w(1)
-  y(2) = modp%a * x + modp%b + modp%w(2)
-  y(3) = fixed%a + fixed%b * x + fixed%w(2)
-  y(4) = r%a * r%b + r%w(1) * r%w(2) + s%b
-  y(5) = c(2) * c(3) * x
-end subroutine records
-"""
-
-
-def test_structure_constructors_initialise_records_and_module_arrays(backend):
-    """TYPE(T) :: P = T(...) (a local, a module variable, a PARAMETER, with keywords and component
-    defaults) and P = T(...) in the body; the local's initial value was silently ignored, the
-    PARAMETER and the module array's array-constructor initial value were refused."""
-    import flowgrad
-    prog, _ = check_source(RECORDS, "records", (0.7, _z(5)), backend)
-    assert prog.module_inputs == ["pset.modp", "pset.c"]
-    got = prog(0.7, modules={"pset": {"modp": {"b": 10.0}, "c": [1.0, 1.0, 1.0]}}, backend=backend)
-    np.testing.assert_allclose(got[[1, 4]], [3 * 0.7 + 10 + 2, 0.7])
-    g = flowgrad.grad(lambda x: prog(x)[3], backend=backend)(0.7)
-    assert g == pytest.approx(2 * (0.7 + 1) + 2 * 0.7 + 3)
-
-
-ENERGY = RECORDS.split("subroutine records")[0] + """
-subroutine energy(x, e)
-  use pset
-  real(8), intent(in) :: x
-  real(8), intent(out) :: e
-  e = modp%a * x**2 + modp%b * sum(c * c) * x
-end subroutine energy
-"""
-
-
-def test_grad_takes_module_variables_as_wrt(backend):
-    """grad and value_and_grad take wrt="module.variable" (any case), as vjp does; a module
-    array's gradient comes in its Fortran shape."""
-    import flowgrad
-    prog = flowgrad.from_fortran(ENERGY, "energy")
-    ga, gc, gx = flowgrad.grad(prog, wrt=("pset.modp.a", "PSET.C", "x"), backend=backend)(0.7)
-    assert ga == pytest.approx(0.49)
-    np.testing.assert_allclose(gc, 2 * 4.0 * 0.7 * np.array([1.0, 2.0, 3.0]))
-    assert gx == pytest.approx(2 * 3 * 0.7 + 4 * 14)
-    value, gb = flowgrad.value_and_grad(prog, wrt="pset.modp.b", backend=backend)(0.7)
-    assert (value, gb) == (pytest.approx(3 * 0.49 + 4 * 14 * 0.7), pytest.approx(14 * 0.7))
-    with pytest.raises(flowgrad.InputError, match="not an argument of energy"):
-        flowgrad.grad(prog, wrt="pset.nothing")(0.7)
-
-
-SIGNED_ZERO = """
-subroutine upwind_signs(n, u, y)
-  integer, intent(in) :: n
-  real(8), intent(in) :: u(n)
-  real(8), intent(out) :: y(n)
-  integer :: i
-  do i = 1, n
-    y(i) = sign(1d0, -u(i) * 0d0) * u(i) + sign(u(i), -0d0) + sign(2d0, u(i) - u(i)) + sign(3, -i) * u(i)
-  end do
-end subroutine
-"""
-
-
-def test_sign_takes_the_sign_of_a_negative_zero(backend):
-    """SIGN(A, -0.0) is -|A| (gfortran's processor has signed zeros); it was |A|."""
-    check_source(SIGNED_ZERO, "upwind_signs", (3, RNG.random(3) + 0.5, _z(3)), backend)
-
-
-CHARACTER_CASE = """
-subroutine apply(n, op, x, y)
-  integer, intent(in) :: n
-  character(len=*), intent(in) :: op
-  real(8), intent(in) :: x(n)
-  real(8), intent(out) :: y(n)
-  select case (op)
-  case ('square')
-    y = x * x
-  case ('exp', 'EXP')
-    y = exp(x)
-  case ('m':'p')
-    y = -x
-  case default
-    y = x
-  end select
-end subroutine
-subroutine driver(n, x, y)
-  integer, intent(in) :: n
-  real(8), intent(in) :: x(n)
-  real(8), intent(out) :: y(n)
-  real(8) :: t(n)
-  call apply(n, 'exp', x, t)
-  call apply(n, 'square', t, y)
-  call apply(n, 'neg', y, t)
-  call apply(n, 'copy', t, y)
-end subroutine
-"""
-
-
-def test_select_case_on_a_character_value_known_when_captured(backend):
-    check_source(CHARACTER_CASE, "driver", (5, RNG.random(5), _z(5)), backend)
-
-
-KEYWORD_NAMES = """
-subroutine scaled(n, in, is, lambda, def)
-  integer, intent(in) :: n
-  real(8), intent(in) :: in(n), is
-  real(8), intent(out) :: lambda(n), def
-  integer :: if
-  if = 2
-  lambda = in * is + if
-  def = sum(lambda)
-end subroutine
-"""
-
-
-def test_dummies_named_like_python_keywords():
-    """IN, IS, LAMBDA are Fortran names like any other: passed by position, or by keyword with a
-    trailing underscore (in_=...)."""
-    import flowgrad
-    prog = flowgrad.from_fortran(KEYWORD_NAMES, "scaled")
-    x = RNG.random(3)
-    lam, d = prog(3, in_=x, is_=1.5, backend="numpy")
-    np.testing.assert_allclose(lam, 1.5 * x + 2)
-    check_program(prog, Gfortran(prog, KEYWORD_NAMES), (3, x, 1.5, _z(3), 0.0), "numpy")
-
-
-RUN_TIME_STRIDE = """
-subroutine strided(n, k, x, s)
-  integer, intent(in) :: n, k
-  real(8), intent(in) :: x(n)
-  real(8), intent(out) :: s
-  integer :: i
-  s = 0
-  do i = n, 1, k
-    s = s * 0.5d0 + x(i)
-  end do
-  s = s + sum(x(n:1:k) ** 2)
-end subroutine
-"""
-
-
-def test_a_section_with_a_negative_stride_known_only_at_run_time(backend):
-    """x(n:1:k) with k = -2 at run time reaches x(1); the NumPy backend's slice stopped at the
-    end of the axis instead (a negative stop counts from the end)."""
-    check_source(RUN_TIME_STRIDE, "strided", (9, -2, RNG.random(9), 0.0), backend)
-    check_source(RUN_TIME_STRIDE, "strided", (9, 3, RNG.random(9), 0.0), backend)
-
-
-SPECIAL_FUNCTIONS = """
-! a gamma-distribution closure, as microphysics schemes write them
-subroutine closure(n, mu, x, y, total)
-  integer, intent(in) :: n
-  real(8), intent(in) :: mu, x(n)
-  real(8), intent(out) :: y(n), total
-  real(8) :: m(n, 2)
-  integer :: i
-  do i = 1, n
-    y(i) = gamma(mu + 4d0) / gamma(mu + 1d0) * x(i) ** 3 + 0.5d0 * (1d0 + erf((x(i) - 0.5d0) / sqrt(2d0))) &
-           + atan(x(i)) + datan(2d0 * x(i))
-  end do
-  m(:, 1) = hypot(x, y)
-  m(:, 2) = erf(x) * gamma(-x - 0.5d0) + log_gamma(x + 1d0)
-  total = norm2(m) + sum(norm2(m, dim=2))
-end subroutine
-"""
-
-
-def test_special_functions_erf_gamma_hypot_norm2_and_one_argument_atan(backend):
-    """ERF, GAMMA (negative arguments too), HYPOT, NORM2 (with DIM) and ATAN(X), which failed
-    with a KeyError (its argument was looked up as ATAN2's)."""
-    check_source(SPECIAL_FUNCTIONS, "closure", (5, 1.5, RNG.random(5) + 0.1, _z(5), 0.0), backend)
-
-
-@pytest.mark.parametrize("call, name", [("erfc(x)", "ERFC"), ("bessel_j0(x)", "BESSEL_J0"),
-                                        ("dble(ishft(n, 2)) * x", "ISHFT")])
-def test_standard_intrinsics_not_supported_are_named_as_intrinsics(call, name):
-    import flowgrad
-    prog = flowgrad.from_fortran(f"""
-subroutine s(n, x, y)
-  integer, intent(in) :: n
-  real(8), intent(in) :: x
-  real(8), intent(out) :: y
-  y = {call}
-end subroutine
-""", "s")
-    with pytest.raises(flowgrad.UnsupportedError, match=f"<fortran source>:6: unsupported intrinsic {name}"):
-        prog(2, 0.5, backend="numpy")
-
-
-DIMENSIONED_BY_A_RECORD = """
-module grid_kinds
-  implicit none
-  type grid_t
-    integer :: nx, nz
-    real(8) :: dz
-  end type grid_t
-contains
-  subroutine diffuse(g, kappa, t, flux)
-    type(grid_t), intent(in) :: g
-    real(8), intent(in) :: kappa
-    real(8), intent(inout) :: t(g%nx, g%nz)
-    real(8), intent(out) :: flux(g%nx, 0:g%nz)
-    flux(:, 1:g%nz-1) = -kappa * (t(:, 2:g%nz) - t(:, 1:g%nz-1)) / g%dz
-    flux(:, 0) = 0d0
-    flux(:, g%nz) = 0d0
-    t = t - (flux(:, 1:g%nz) - flux(:, 0:g%nz-1)) / g%dz
-  end subroutine diffuse
-end module grid_kinds
-
-subroutine column_model(nx, nz, nsteps, kappa, t, heat)
-  use grid_kinds
-  implicit none
-  integer, intent(in) :: nx, nz, nsteps
-  real(8), intent(in) :: kappa
-  real(8), intent(inout) :: t(nx, nz)
-  real(8), intent(out) :: heat
-  type(grid_t) :: g
-  real(8) :: f(nx, 0:nz)
-  integer :: k
-  g%nx = nx
-  g%nz = nz
-  g%dz = 1d0 / nz
-  do k = 1, nsteps
-    call diffuse(g, kappa, t, f)
-  end do
-  heat = sum(t) + sum(f(:, 1:nz-1) ** 2)
-end subroutine column_model
-"""
-
-
-def test_dummies_dimensioned_by_values_known_only_at_run_time(backend):
-    """Explicit-shape dummies sized by a derived type's components (set at run time) take their
-    actual arguments as they are, checked when the program runs; they were refused."""
-    import flowgrad
-    prog, _ = check_source(DIMENSIONED_BY_A_RECORD, "column_model", (3, 6, 4, 1e-3, RNG.random((3, 6)), 0.0),
-                           backend)
-    for old, new, extents in [("g%nx = nx", "g%nx = nx - 1", "2 declared where it has 3, 6 declared where it has 6"),
-                              ("g%nz = nz", "g%nz = nz + 1", "3 declared where it has 3, 7 declared where it has 6")]:
-        prog = flowgrad.from_fortran(DIMENSIONED_BY_A_RECORD.replace(old, new), "column_model")
-        with pytest.raises(ValueError, match=f":35: dummy t of diffuse does not fit its actual argument t: an "
-                                             f"extent {extents};"):
-            prog(3, 6, 4, 1e-3, RNG.random((3, 6)), backend=backend)
 
 
 ADVECTION_DIFFUSION = """
@@ -791,27 +598,3 @@ def test_an_advection_diffusion_model_with_a_grid_type_halos_and_a_limiter():
     it takes about 40 s: it runs on the NumPy backend here.)"""
     check_source(ADVECTION_DIFFUSION, "run_model", (6, 5, 4, 0.01, 0.7, -0.4, 0.01, RNG.random((6, 5)), _z(6, 5),
                                                     0.0, 0), "numpy")
-
-
-EMPTY_EXTREMES = """
-subroutine extremes(n, k1, k2, a, s, cm, rm)
-  integer, intent(in) :: n, k1, k2
-  real(8), intent(in) :: a(n, 3)
-  real(8), intent(out) :: s, cm(3), rm(n)
-  s = maxval(a(k1:k2, 1)) + minval(a(k1:k2, :)) * 1d-300 + maxval(a(:, 1))
-  cm = maxval(a(k1:k2, :), dim=1)
-  rm = minval(a(:, 1:k2-k1), dim=2)
-  if (k2 < k1) then
-    s = -s * 1d-300
-    cm = cm * 1d-300
-    rm = rm * 1d-300
-  end if
-end subroutine
-"""
-
-
-@pytest.mark.parametrize("k1, k2", [(3, 2), (2, 4)])
-def test_maxval_and_minval_of_no_elements_are_minus_and_plus_huge(k1, k2, backend):
-    """Over a section with no elements (k2 < k1 at run time) MAXVAL is -HUGE and MINVAL HUGE; the
-    NumPy backend raised a ValueError, the native one gave -inf."""
-    check_source(EMPTY_EXTREMES, "extremes", (4, k1, k2, RNG.random((4, 3)), 0.0, _z(3), _z(4)), backend)

@@ -37,7 +37,7 @@ _OTHER_INTRINSICS = {"erfc", "erfc_scaled", "bessel_j0", "bessel_j1", "bessel_jn
 PARAMS = {
     "abs": ("a",), "sign": ("a", "b"), "mod": ("a", "p"), "modulo": ("a", "p"), "dim": ("x", "y"),
     "atan2": ("y", "x"), "atan": ("y", "x"), "dprod": ("x", "y"), "hypot": ("x", "y"), "gamma": ("x",), "erf": ("x",),
-    "norm2": ("x", "dim"),
+    "norm2": ("x", "dim"), "ieee_is_nan": ("x",), "ieee_is_finite": ("x",),
     "real": ("a", "kind"), "dble": ("a",), "float": ("a",), "sngl": ("a",), "int": ("a", "kind"),
     "nint": ("a", "kind"), "anint": ("a", "kind"), "aint": ("a", "kind"), "floor": ("a", "kind"),
     "ceiling": ("a", "kind"), "merge": ("tsource", "fsource", "mask"),
@@ -567,7 +567,8 @@ def _shift(circular):
 
 _HANDLERS = {
     "abs": _abs, "sign": _sign, "mod": _mod, "modulo": _modulo, "dim": _dim, "atan": _atan, "atan2": _atan2,
-    "dprod": _dprod, "hypot": _hypot, "gamma": _gamma, "erf": _erf, "norm2": _norm2, "real": _to_real(F32),
+    "dprod": _dprod, "hypot": _hypot, "gamma": _gamma, "erf": _erf, "norm2": _norm2,
+    "ieee_is_nan": lambda lo, a: mk("isnan", a["x"]), "ieee_is_finite": lambda lo, a: mk("isfinite", a["x"]), "real": _to_real(F32),
     "float": _to_real(F32), "sngl": _to_real(F32), "dble": _to_real(F64),
     "int": _int, "nint": _nint, "anint": _anint, "aint": _aint, "floor": _floor("floor"),
     "ceiling": _floor("ceil"), "merge": _merge,

@@ -550,6 +550,8 @@ INTRINSIC_MODULES = {
     "iso_c_binding": {"c_double": 8, "c_float": 4, "c_long_double": 10, "c_int": 4, "c_short": 2, "c_long": 8,
                       "c_long_long": 8, "c_int8_t": 1, "c_int16_t": 2, "c_int32_t": 4, "c_int64_t": 8,
                       "c_size_t": 8, "c_bool": 1, "c_char": 1},
+    # its inquiry functions (IEEE_IS_NAN, IEEE_IS_FINITE) are intrinsics
+    "ieee_arithmetic": {},
 }
 
 
