@@ -321,3 +321,88 @@ def test_ieee_arithmetic_nan_and_finite_tests(backend):
     """USE IEEE_ARITHMETIC was refused as a module whose source is missing."""
     check_source(NAN_GUARD, "guarded", (3, RNG.random(3), _z(3), False), backend)
     check_source(NAN_GUARD, "guarded", (3, np.array([1.0, np.nan, -np.inf]), _z(3), False), backend, grad=False)
+
+
+PROCEDURE_ARGUMENTS = """
+module integrators
+  implicit none
+  integer, parameter :: dp = kind(1d0)
+  abstract interface
+    subroutine rhs_iface(n, t, y, dydt, p)
+      import :: dp
+      integer, intent(in) :: n
+      real(dp), intent(in) :: t, y(n), p
+      real(dp), intent(out) :: dydt(n)
+    end subroutine
+  end interface
+contains
+  subroutine rk2(f, n, t0, dt, nsteps, y, p)
+    procedure(rhs_iface) :: f
+    integer, intent(in) :: n, nsteps
+    real(dp), intent(in) :: t0, dt, p
+    real(dp), intent(inout) :: y(n)
+    real(dp) :: k1(n), k2(n), t
+    integer :: i
+    t = t0
+    do i = 1, nsteps
+      call f(n, t, y, k1, p)
+      call f(n, t + dt, y + dt * k1, k2, p)
+      y = y + 0.5_dp * dt * (k1 + k2)
+      t = t + dt
+    end do
+  end subroutine
+  real(dp) function quad(g, a, b, m)
+    real(dp), external :: g
+    real(dp), intent(in) :: a, b
+    integer, intent(in) :: m
+    integer :: i
+    real(dp) :: h
+    h = (b - a) / m
+    quad = 0.5_dp * (g(a) + g(b))
+    do i = 1, m - 1
+      quad = quad + g(a + i * h)
+    end do
+    quad = quad * h
+  end function
+end module
+module models
+  use integrators, only: dp
+  implicit none
+  real(dp) :: decay = 0.3_dp
+contains
+  subroutine oscillator(n, t, y, dydt, p)
+    integer, intent(in) :: n
+    real(dp), intent(in) :: t, y(n), p
+    real(dp), intent(out) :: dydt(n)
+    dydt(1) = y(2)
+    dydt(2) = -p * y(1) - decay * y(2) + 0.1_dp * sin(t)
+  end subroutine
+  real(dp) function bump(x)
+    real(dp), intent(in) :: x
+    bump = exp(-decay * x * x)
+  end function
+end module
+subroutine solve(p, y, area)
+  use integrators
+  use models
+  real(dp), intent(in) :: p
+  real(dp), intent(inout) :: y(2)
+  real(dp), intent(out) :: area
+  call rk2(oscillator, 2, 0.0_dp, 0.05_dp, 40, y, p)
+  area = quad(bump, -1.0_dp, 2.0_dp * y(1), 16)
+end subroutine
+"""
+
+
+def test_procedures_passed_as_arguments_are_inlined(backend):
+    """An integrator taking its right-hand side as PROCEDURE(iface), a quadrature taking an
+    EXTERNAL function: the procedure a call passes is inlined where the dummy is called (the
+    declaration was refused, even in routines never called)."""
+    check_source(PROCEDURE_ARGUMENTS, "solve", (2.0, np.array([1.0, 0.0]), 0.0), backend)
+
+
+def test_an_entry_taking_a_procedure_is_refused_by_name():
+    import flowgrad
+    with pytest.raises(flowgrad.UnsupportedError, match=r"<fortran source>:\d+: unsupported dummy procedure f of the "
+                                                        r"entry rk2: call the routine from a Fortran routine"):
+        flowgrad.from_fortran(PROCEDURE_ARGUMENTS, "rk2")

@@ -16,10 +16,10 @@ import keyword
 
 import numpy as np
 
-from ...errors import InputError
+from ...errors import InputError, unsupported
 from .analysis import module_variables, reused_arrays, sizing_integers, written_dummies
 from .program import _Call, capture_program, inline_program, pack_cotangent, unpack
-from .scope import declarations
+from .scope import declarations, is_dummy_procedure
 from .source import Library, read_sources
 
 
@@ -58,6 +58,11 @@ class FortranProgram:
         self.module_inputs = module_variables(library, proc)
         self.bound_modules = dict(bound_modules or {})
         decls = declarations(proc).decls
+        for d in proc.dummies:
+            if is_dummy_procedure(declarations(proc), d):
+                raise unsupported(proc.loc(decls[d].node if d in decls else None), f"dummy procedure {d} of the "
+                                  f"entry {proc.name}", "call the routine from a Fortran routine that passes the "
+                                  "procedure, and make that the entry")
         # OPTIONAL dummies, and INTENT(OUT) ones (made by the program, as f2py does), may be left
         # out at the end of the argument list, or passed as None
         params, trailing = [], True

@@ -14,7 +14,7 @@ from ...errors import unsupported
 from ...ir.core import BOOL, Assign, Call, Const, Read, Ref, const_value, iter_reads
 from .exprs import Text, const, convert, fold, mk
 from .intrinsics import PARAMS, RAW, call_intrinsic, call_raw, canonical, is_intrinsic, is_standard_intrinsic
-from .scope import Absent, ArrayView, Value, Var, declarations, extent
+from .scope import Absent, ArrayView, ProcArg, Value, Var, declarations, extent, is_dummy_procedure
 from .source import _fparser
 
 MAX_DEPTH = 24
@@ -201,8 +201,20 @@ class CallLowering:
                     continue
                 raise unsupported(self.loc, f"call of {proc.name} without argument {d}",
                                   "pass it (only OPTIONAL dummies may be left out)")
+            if is_dummy_procedure(frame.decls, d):
+                frame.bindings[d] = ProcArg(d, self.procedure_actual(proc, d, node))
+                continue
             frame.bindings[d] = self.associate(frame, d, dd, node, copy_out)
         return self._run_frame(frame, copy_out)
+
+    def procedure_actual(self, proc, d, node):
+        """The procedure passed for dummy procedure ``d`` of ``proc`` (a name, resolved here)."""
+        F = _fparser()[2]
+        actual = self.find_procedure(str(node).lower()) if isinstance(node, F.Name) else None
+        if actual is None or isinstance(actual, list):
+            raise unsupported(self.loc, f"argument {node} for dummy procedure {d} of {proc.name}",
+                              "pass the name of a (specific) procedure in the sources")
+        return actual
 
     def _run_frame(self, frame, copy_out=()):
         self.depth += 1

@@ -15,7 +15,7 @@ from ...ir.core import Assign, Const, Expr, Read, Ref, const_value, iter_reads
 from .calls import CallLowering
 from .exprs import ExprLowering, const, convert, fold
 from .analysis import used_name
-from .scope import ArrayView, Value, Var, declarations, field_init, implicit_rules, is_constructor
+from .scope import ArrayView, ProcArg, Value, Var, declarations, field_init, implicit_rules, is_constructor
 from .source import _fparser
 from .stmts import StmtLowering
 from .types import TypeSpec, implicit_default
@@ -207,6 +207,8 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
             if isinstance(s, Frame):
                 if name in s.proc.internals:
                     return s.proc.internals[name]
+                if isinstance(s.bindings.get(name), ProcArg):
+                    return s.bindings[name].proc
             found = self._module_procedure(s, name)
             if found is not None:
                 return found

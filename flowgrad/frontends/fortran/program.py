@@ -197,19 +197,19 @@ class Capture:
             d = proc.dummies[k]
             dd = decls.get(d)
             value = args[k]
-            if value is None:
-                if dd is not None and dd.optional:
-                    frame.bindings[d] = Absent(d)
-                    continue
-                if dd is not None and dd.intent == "out":
-                    frame.bindings[d] = self.omitted(frame, d, dd)
-                    continue
-                raise InputError(f"argument {d!r} of {proc.name} is not OPTIONAL: pass a value")
+            if value is None and dd is not None and dd.optional:
+                frame.bindings[d] = Absent(d)
+                continue
             tspec = lo.tspec(frame, dd.type_node if dd is not None else None, d)
             if tspec.base in ("type", "character", "complex"):
                 raise unsupported(proc.loc(dd.node if dd is not None else None),
                                   f"{tspec.base} dummy argument {d} of the entry procedure",
                                   "pass numeric and LOGICAL arrays and scalars")
+            if value is None:
+                if dd is not None and dd.intent == "out":
+                    frame.bindings[d] = self.omitted(frame, d, dd)
+                    continue
+                raise InputError(f"argument {d!r} of {proc.name} is not OPTIONAL: pass a value")
             dtype = tspec.dtype(lo.loc)
             if dd is not None and dd.dims is not None:
                 frame.bindings[d] = self.array_dummy(frame, k, d, dd, tspec, dtype, value)

@@ -165,6 +165,21 @@ class Value:
         self.expr, self.tspec = expr, tspec
 
 
+def is_dummy_procedure(decls, name):
+    """Whether dummy ``name`` is a procedure (EXTERNAL, PROCEDURE(...), or given an interface)."""
+    d = decls.decls.get(name)
+    return (d is not None and d.external) or name in decls.interfaces
+
+
+class ProcArg:
+    """A dummy procedure bound to the procedure its call passes (``CALL SOLVE(RHS, Y)``)."""
+
+    __slots__ = ("name", "proc")
+
+    def __init__(self, name, proc):
+        self.name, self.proc = name, proc
+
+
 class Absent:
     """An ``OPTIONAL`` dummy that the call does not pass."""
 
@@ -336,7 +351,7 @@ def declarations(unit):
                 "Comment", "Include_Stmt", "Directive"):
             continue
         elif isinstance(s, F.Procedure_Declaration_Stmt):
-            raise unsupported(loc_of(s), "procedure pointer or dummy procedure", "call the procedure directly")
+            _procedure_decl(out, s, loc_of)
         else:
             raise unsupported(loc_of(s), f"declaration {type(s).__name__} ({str(s)[:40]})",
                               "this specification statement is not supported")
@@ -416,6 +431,17 @@ def _use(s):
     else:
         renames = pairs
     return module, only, renames
+
+
+def _procedure_decl(out, s, loc_of):
+    """``PROCEDURE(iface) [, OPTIONAL] :: f``: ``f`` a dummy procedure (a procedure pointer is refused)."""
+    _iface, attrs, names = s.children
+    if attrs is not None and any(str(a).upper().startswith("POINTER") for a in attrs.children):
+        raise unsupported(loc_of(s), "procedure pointer", "call the procedure directly")
+    for name in names.children:
+        d = out.decl(str(name))
+        d.external, d.node = True, s
+        d.optional = d.optional or (attrs is not None and any(str(a).upper() == "OPTIONAL" for a in attrs.children))
 
 
 def _interface(out, s):
