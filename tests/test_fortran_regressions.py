@@ -406,3 +406,28 @@ def test_an_entry_taking_a_procedure_is_refused_by_name():
     with pytest.raises(flowgrad.UnsupportedError, match=r"<fortran source>:\d+: unsupported dummy procedure f of the "
                                                         r"entry rk2: call the routine from a Fortran routine"):
         flowgrad.from_fortran(PROCEDURE_ARGUMENTS, "rk2")
+
+
+DIRECTIVES = """
+subroutine scale_omp(x, n, y, w)
+  real(8), intent(in) :: x(n), w(size(x))
+  integer, intent(in) :: n
+  real(8), intent(out) :: y(n)
+  integer :: i
+!$omp parallel do private(i)
+  do i = 1, n
+    y(i) = 2 * x(i) * w(i)
+  end do
+!$omp end parallel do
+!$ y(1) = -1d0
+  !$acc kernels
+  y = y + 1
+  !$acc end kernels
+end subroutine
+"""
+
+
+def test_directive_lines_are_comments_and_declarations_use_dummies_declared_later(backend):
+    """OpenMP and OpenACC directives and !$ conditional lines are comments, as gfortran without
+    -fopenmp reads them; x(n) may be declared before n (untested until now)."""
+    check_source(DIRECTIVES, "scale_omp", (RNG.random(4), 4, _z(4), RNG.random(4)), backend)

@@ -57,9 +57,10 @@ class FortranProgram:
         self.reused = reused_arrays(proc)
         self.module_inputs = module_variables(library, proc)
         self.bound_modules = dict(bound_modules or {})
-        decls = declarations(proc).decls
+        spec = declarations(proc)
+        decls = spec.decls
         for d in proc.dummies:
-            if is_dummy_procedure(declarations(proc), d):
+            if is_dummy_procedure(spec, d):
                 raise unsupported(proc.loc(decls[d].node if d in decls else None), f"dummy procedure {d} of the "
                                   f"entry {proc.name}", "call the routine from a Fortran routine that passes the "
                                   "procedure, and make that the entry")
@@ -197,7 +198,8 @@ class FortranProgram:
         if wrt is not None:
             wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
             for w in wrt:
-                if not isinstance(w, str) or (w.lower() not in self.dummies and self._flowgrad_input_name(w) is None):
+                if not isinstance(w, str) or (w.lower() not in self.dummies
+                                              and self._flowgrad_input_name(w) is None):
                     raise InputError(f"wrt entry {w!r} is neither an argument of {self.__name__} "
                                      f"({', '.join(self.dummies)}) nor a module variable it reads "
                                      f"({', '.join(self.module_inputs) or 'none'})")

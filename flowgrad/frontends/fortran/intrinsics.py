@@ -148,7 +148,7 @@ def _sign(lo, a):
 def _negative(y):
     """Whether ``y`` is below zero or, a REAL, negative zero: SIGN(1.0, -0.0) is -1.0 where the
     processor has signed zeros, as gfortran's does. -0.0 < 0 is false; its sign shows in
-    ATAN2(-0.0, -1.0) = -pi (ATAN2(+0.0, -1.0) = pi), only evaluated at zero."""
+    ATAN2(-0.0, -1.0) = -pi (ATAN2(+0.0, -1.0) = pi), which native code evaluates at zero only."""
     below = mk("less", y, const(0, y.dtype))
     if y.dtype.kind != "f":
         return below
@@ -568,7 +568,7 @@ def _shift(circular):
 _HANDLERS = {
     "abs": _abs, "sign": _sign, "mod": _mod, "modulo": _modulo, "dim": _dim, "atan": _atan, "atan2": _atan2,
     "dprod": _dprod, "hypot": _hypot, "gamma": _gamma, "erf": _erf, "norm2": _norm2,
-    "ieee_is_nan": lambda lo, a: mk("isnan", a["x"]), "ieee_is_finite": lambda lo, a: mk("isfinite", a["x"]), "real": _to_real(F32),
+    "ieee_is_nan": _math("isnan"), "ieee_is_finite": _math("isfinite"), "real": _to_real(F32),
     "float": _to_real(F32), "sngl": _to_real(F32), "dble": _to_real(F64),
     "int": _int, "nint": _nint, "anint": _anint, "aint": _aint, "floor": _floor("floor"),
     "ceiling": _floor("ceil"), "merge": _merge,
