@@ -110,10 +110,20 @@ class Gfortran:
             np.frombuffer(arr, dtype=value.dtype)[:] = np.ravel(value, order="F")
 
     def __call__(self, *args):
+        dummies = self.prog.proc.dummies
+        if len(args) > len(dummies):
+            raise TypeError(f"the gfortran build of {self.prog.__name__} takes {len(dummies)} arguments "
+                            f"({', '.join(dummies)}), not {len(args)}")
+        args = tuple(args) + (None,) * (len(dummies) - len(args))     # absent trailing OPTIONAL ones
         keep, ptrs, arrays = [], [], {}
-        for d, a in zip(self.prog.proc.dummies, args):
+        for d, a in zip(dummies, args):
             dt = self.kinds[d]
             if a is None:
+                # the routine would write through a null pointer, and crash the process
+                if not (self.decls.get(d) is not None and self.decls[d].optional):
+                    raise TypeError(f"argument {d} of the gfortran build of {self.prog.__name__} is missing: "
+                                    "pass an array or a number for it, INTENT(OUT) ones too (only OPTIONAL ones "
+                                    "may be absent)")
                 ptrs.append(None)
                 continue
             if np.ndim(a):
