@@ -431,3 +431,61 @@ def test_directive_lines_are_comments_and_declarations_use_dummies_declared_late
     """OpenMP and OpenACC directives and !$ conditional lines are comments, as gfortran without
     -fopenmp reads them; x(n) may be declared before n (untested until now)."""
     check_source(DIRECTIVES, "scale_omp", (RNG.random(4), 4, _z(4), RNG.random(4)), backend)
+
+
+# FORTRAN 77 as punched on cards: columns 73-80 hold sequence numbers, which compilers ignore
+SEQUENCE_NUMBERED = """\
+C     LEGACY F77: SEQUENCE NUMBERS, REAL*8, DATA WITH IMPLIED DO, COMMA LABELS
+      SUBROUTINE LEGACY(N, X, Y)                                        LEG00010
+      IMPLICIT REAL*8 (A-H,O-Z)                                         LEG00020
+      INTEGER*4 N                                                       LEG00030
+      REAL*8 X(N), Y(N), W(3), V(4)                                     LEG00040
+      PARAMETER (HALF = 0.5D0, NW = 3)                                  LEG00050
+      LOGICAL*4 POS                                                     LEG00060
+      DATA (W(I), I = 1, NW) / 0.25D0, 0.5D0, 0.25D0 /                  LEG00070
+      DATA V / 4*1.0D0 /                                                LEG00080
+      DO 10, I = 1, N                                                   LEG00090
+        Y(I) = X(I)                                                     LEG00100
+   10 CONTINUE                                                          LEG00110
+      DO 20 I = 2, N - 1, 2                                             LEG00120
+        Y(I) = W(1) * X(I-1) + W(2) * X(I) + W(3) * X(I+1)               LEG00130
+        POS = Y(I) .GT. HALF                                            LEG00140
+        IF (POS) THEN                                                   LEG00150
+          Y(I) = Y(I) * V(1)                                            LEG00160
+        ELSE IF (Y(I) .LT. 0.1D0) THEN                                  LEG00170
+          Y(I) = 0.1D0                                                  LEG00180
+        ENDIF                                                           LEG00190
+   20 CONTINUE                                                          LEG00200
+      RETURN                                                            LEG00210
+      END                                                               LEG00220
+"""
+
+
+def test_fixed_form_ignores_columns_past_72_and_data_takes_implied_dos(backend, tmp_path):
+    """Card sequence numbers past column 72 failed to parse; DATA for an implied DO, elements and
+    sections was refused."""
+    path = tmp_path / "legacy.f"
+    path.write_text(SEQUENCE_NUMBERED)
+    assert max(len(line) for line in SEQUENCE_NUMBERED.splitlines()) > 72
+    check_source([str(path)], "legacy", (7, RNG.random(7), _z(7)), backend)
+
+
+DATA_TABLES = """
+      SUBROUTINE TABLES(X, Y)
+      DOUBLE PRECISION X, Y(6), A(2, 3), B(5), C, D(0:2)
+      INTEGER I, J
+      DATA ((A(I, J), I = 1, 2), J = 1, 3) / 1D0, 2D0, 3D0, 4D0, 5D0, 6D0 /
+      DATA B(1), B(5) / -1D0, -5D0 /, B(2:4) / 3*0.5D0 /
+      DATA C / 7D0 /, (D(I), I = 2, 0, -1) / 0.1D0, 0.2D0, 0.3D0 /
+      Y(1) = A(1, 2) * X + A(2, 3)
+      Y(2) = SUM(B) * X
+      Y(3) = C * X * X
+      Y(4) = D(0) + D(1) * 10 + D(2) * 100
+      Y(5) = A(2, 1) * B(5)
+      Y(6) = SUM(A(:, 3)) * X
+      END
+"""
+
+
+def test_data_statements_with_implied_dos_elements_and_sections(backend):
+    check_source(DATA_TABLES, "tables", (0.7, _z(6)), backend)

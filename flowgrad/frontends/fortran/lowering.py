@@ -8,6 +8,8 @@ runs at the frame's entry, wherever the name is first used.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ...errors import unsupported
@@ -399,10 +401,13 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
                 data = self.data_values(frame).get(name)
                 if data is not None:
                     shape = tuple(const_value(fold(e)) for e in extents)
-                    if None in shape or len(data) != int(np.prod(shape)):
-                        raise unsupported(self.loc, f"DATA for {name}", "give one value per element")
-                    init = self.const_array(np.reshape(np.array([const_value(v) for v in data], dtype=dtype),
-                                                       shape, order="F"))
+                    if None in shape:
+                        raise unsupported(self.loc, f"DATA for {name}, an array of run-time size",
+                                          "give it constant bounds")
+                    flat = np.zeros(int(np.prod(shape)), dtype=dtype)
+                    for k, v in data.items():
+                        flat[k] = const_value(v)
+                    init = self.const_array(np.reshape(flat, shape, order="F"))
                 else:
                     init = const(0, dtype) if d.init is None else self.in_scope(frame, self.value, d.init)
                 self.emit(Assign(Ref(c), convert(init, dtype, self.loc)))
@@ -417,10 +422,84 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
             return Var(name, tspec, ref=Ref(c, ()), decl=d)
 
     def data_values(self, frame):
-        """Name -> the constant values DATA statements give it, in array element order."""
+        """Name -> {position in array element order: constant value} of what DATA statements
+        give it (whole variables, elements, sections and implied DOs)."""
         cached = getattr(frame, "_data", None)
         if cached is not None:
             return cached
+        F = _fparser()[2]
+        cached = frame._data = {}
+        for stmt in frame.decls.data:
+            for dset in stmt.children:
+                if not isinstance(dset, F.Data_Stmt_Set):
+                    continue
+                objects, vals = dset.children
+                values = []
+                for v in vals.children:
+                    if isinstance(v, F.Data_Stmt_Value):
+                        rep, c = v.children
+                        values += [self.in_scope(frame, self.value, c)] * int(const_value(self.in_scope(
+                            frame, self.value, rep)))
+                    else:
+                        values.append(self.in_scope(frame, self.value, v))
+                targets = [t for obj in objects.children for t in self._data_targets(frame, obj, stmt)]
+                if len(targets) != len(values):
+                    raise unsupported(frame.unit.loc(stmt), f"DATA with {len(values)} values for {len(targets)} "
+                                      "elements", "give one value per element")
+                for (name, k), v in zip(targets, values):
+                    cached.setdefault(name, {})[k] = fold(v)
+        return cached
+
+    def _data_targets(self, frame, obj, stmt):
+        """(name, position in array element order) of each element DATA object ``obj`` names."""
+        F = _fparser()[2]
+        if isinstance(obj, F.Data_Implied_Do):
+            items, var, *control = obj.children
+            first, last, step = (1 if e is None else self._data_int(frame, e, stmt) for e in control)
+            var = str(var).lower()
+            saved = frame.bindings.get(var)
+            out = []
+            try:
+                for i in range(first, last + (1 if step > 0 else -1), step):
+                    frame.bindings[var] = Value(const(i))
+                    out += [t for item in items.children for t in self._data_targets(frame, item, stmt)]
+            finally:
+                if saved is None:
+                    frame.bindings.pop(var, None)
+                else:
+                    frame.bindings[var] = saved
+            return out
+        name = str(obj if isinstance(obj, F.Name) else obj.children[0]).lower()
+        decl = frame.decls.decls.get(name)
+        bounds = [] if decl is None or decl.dims is None else [
+            (int(const_value(fold(lb))), int(const_value(fold(e)))) for lb, e in self.eval_dims(frame, decl)]
+        if isinstance(obj, F.Name):
+            subscripts = [range(lb, lb + n) for lb, n in bounds]
+        elif isinstance(obj, F.Part_Ref) and len(obj.children[1].children) == len(bounds):
+            subscripts = []
+            for sub, (lb, n) in zip(obj.children[1].children, bounds):
+                if isinstance(sub, F.Subscript_Triplet):
+                    lo, hi, st = (None if e is None else self._data_int(frame, e, stmt) for e in sub.children)
+                    subscripts.append(range(lb if lo is None else lo, (lb + n - 1 if hi is None else hi) + 1,
+                                            st or 1))
+                else:
+                    subscripts.append([self._data_int(frame, sub, stmt)])
+        else:
+            raise unsupported(frame.unit.loc(stmt), f"DATA for {obj}", "initialise variables, elements, sections "
+                              "or implied DOs of them")
+        out = []
+        for at in itertools.product(*reversed(subscripts)):      # the first subscript varies fastest
+            k, stride = 0, 1
+            for i, (lb, n) in zip(reversed(at), bounds):
+                k, stride = k + (i - lb) * stride, stride * n
+            out.append((name, k))
+        return out
+
+    def _data_int(self, frame, node, stmt):
+        v = const_value(fold(self.in_scope(frame, self.int_value, node)))
+        if v is None:
+            raise unsupported(frame.unit.loc(stmt), f"DATA subscript {node}", "subscripts must be constants")
+        return int(v)
         F = _fparser()[2]
         cached = frame._data = {}
         for stmt in frame.decls.data:

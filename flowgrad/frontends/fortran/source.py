@@ -129,8 +129,19 @@ def read_sources(sources, include_dirs=(), defines=None):
         origins = None
         if preprocess:
             text, origins = _preprocess(name, text, free, include_dirs, defines)
+        if not free:
+            text = "".join(_fixed_statement_field(line) for line in text.splitlines(keepends=True))
         out.append(SourceText(name, text, free, origins))
     return out
+
+
+def _fixed_statement_field(line):
+    """A fixed-form line without what lies past column 72 (card sequence numbers, ``LEG00010``),
+    as gfortran reads it; a tab in the label field moves the statement to column 7."""
+    body = line.rstrip("\r\n")
+    tab = body.find("\t", 0, 6)
+    end = 72 if tab < 0 else tab + 1 + 66
+    return body[:end] + line[len(body):] if len(body) > end else line
 
 
 def parse(source: SourceText, include_dirs=()):
