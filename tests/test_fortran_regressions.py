@@ -489,3 +489,75 @@ DATA_TABLES = """
 
 def test_data_statements_with_implied_dos_elements_and_sections(backend):
     check_source(DATA_TABLES, "tables", (0.7, _z(6)), backend)
+
+
+TYPE_BOUND = """
+module shapes_mod
+  implicit none
+  integer, parameter :: dp = kind(1d0)
+  type :: relaxer
+    real(dp) :: rate = 0.5_dp
+    real(dp) :: u(5)
+  contains
+    procedure :: step => relax_step
+    procedure :: norm
+    procedure, nopass :: clip
+    procedure, pass(this) :: scale_by
+  end type relaxer
+  type, extends(relaxer) :: damped_relaxer
+    real(dp) :: damping = 0.1_dp
+  contains
+    procedure :: step => damped_step
+  end type damped_relaxer
+contains
+  subroutine relax_step(self, dt)
+    class(relaxer), intent(inout) :: self
+    real(dp), intent(in) :: dt
+    self%u(2:4) = self%u(2:4) + dt * self%rate * (self%u(1:3) - 2 * self%u(2:4) + self%u(3:5))
+  end subroutine
+  subroutine damped_step(self, dt)
+    class(damped_relaxer), intent(inout) :: self
+    real(dp), intent(in) :: dt
+    self%u(2:4) = self%u(2:4) + dt * self%rate * (self%u(1:3) - 2 * self%u(2:4) + self%u(3:5))
+    call self%scale_by(1 - self%damping * dt)
+  end subroutine
+  real(dp) function norm(self)
+    class(relaxer), intent(in) :: self
+    norm = sqrt(sum(self%u ** 2))
+  end function
+  pure real(dp) function clip(x)
+    real(dp), intent(in) :: x
+    clip = min(max(x, 0.0_dp), 1.0_dp)
+  end function
+  subroutine scale_by(f, this)
+    real(dp), intent(in) :: f
+    class(relaxer), intent(inout) :: this
+    this%u = this%u * f
+  end subroutine
+end module shapes_mod
+subroutine simulate(u0, dt, n1, n2)
+  use shapes_mod
+  implicit none
+  real(dp), intent(in) :: u0(5), dt
+  real(dp), intent(out) :: n1, n2
+  type(relaxer) :: a
+  type(damped_relaxer) :: b
+  integer :: k
+  a%u = u0
+  b%u = u0
+  b%rate = 0.7_dp
+  do k = 1, 4
+    call a%step(dt)
+    call b%step(dt)
+  end do
+  n1 = a%norm() + a%clip(a%u(3))
+  n2 = b%norm() * b%damping
+end subroutine
+"""
+
+
+def test_type_bound_procedures_and_extended_types(backend):
+    """CALL X%STEP(DT) and X%NORM(), with PASS(this), NOPASS, a type that EXTENDS another and
+    overrides a binding, and CLASS(T) passed-object dummies (refused: CLASS declarations, calls
+    through a designator; an extended type lacked its parent's components)."""
+    check_source(TYPE_BOUND, "simulate", (RNG.random(5), 0.3, 0.0, 0.0), backend)

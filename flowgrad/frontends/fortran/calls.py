@@ -161,18 +161,42 @@ class CallLowering:
             raise unsupported(self.loc, f"function {name} CALLed", "reference it in an expression")
         self.inline(proc, arg_nodes)
 
+    def bound_call(self, obj, name, arg_nodes, kind):
+        """Type-bound procedure ``name`` called through variable ``obj`` (``CALL M%STEP(DT)``,
+        ``M%ENERGY()``): the ``kind`` of procedure the variable's type binds, inlined with the
+        variable as its passed object."""
+        from .lowering import type_bindings
+        what, rec = self.designate(obj)
+        if what != "record":
+            raise unsupported(self.loc, f"{obj}%{name}: {obj} is not a derived-type variable", "check the declaration")
+        bindings = type_bindings(self, *self.typedef(rec.source[0], rec.tspec.derived))
+        if name not in bindings:
+            raise unsupported(self.loc, f"{obj}%{name}: TYPE({rec.tspec.derived}) has no component or type-bound "
+                              f"procedure {name}", "check the type's definition")
+        procname, scope, passed = bindings[name]
+        proc = self.find_procedure(procname, scope)
+        if proc is None or isinstance(proc, list) or proc.kind != kind:
+            raise unsupported(self.loc, f"{obj}%{name}: procedure {procname}", f"bind a {kind} in the sources")
+        if passed is False:
+            return self.inline(proc, arg_nodes)
+        return self.inline(proc, arg_nodes, passed=(passed or proc.dummies[0], obj))
+
     # ------------------------------------------------------------ inlining
 
-    def inline(self, proc, arg_nodes):
-        """Lower a call of ``proc`` in place; a function's result value is returned."""
+    def inline(self, proc, arg_nodes, passed=None):
+        """Lower a call of ``proc`` in place; a function's result value is returned. ``passed``:
+        (dummy, node) of a type-bound procedure's passed object."""
         from .lowering import Frame
         if any(f.proc is proc for f in self._active) or self.depth >= MAX_DEPTH:
             raise unsupported(self.loc, f"recursive call of {proc.name}", "write the recursion as a loop")
         pos, kw = split_args(arg_nodes)
-        if len(pos) > len(proc.dummies):
+        dummies = [d for d in proc.dummies if passed is None or d != passed[0]]
+        if len(pos) > len(dummies):
             raise unsupported(self.loc, f"call of {proc.name} with {len(pos)} arguments",
-                              f"it takes {len(proc.dummies)}")
-        actual = dict(zip(proc.dummies, pos))
+                              f"it takes {len(dummies)}")
+        actual = dict(zip(dummies, pos))
+        if passed is not None:
+            actual[passed[0]] = passed[1]
         for k, v in kw.items():
             if k not in proc.dummies:
                 raise unsupported(self.loc, f"keyword argument {k}= of {proc.name}",

@@ -320,8 +320,11 @@ class ExprLowering:
         return self.function_call(name, args.children if args is not None else (), node)
 
     def ex_Function_Reference(self, node):
-        name = str(node.children[0]).lower()
         args = node.children[1]
+        if isinstance(node.children[0], _fparser()[2].Procedure_Designator):
+            obj, _, binding = node.children[0].children
+            return self.bound_call(obj, str(binding).lower(), args.children if args is not None else (), "function")
+        name = str(node.children[0]).lower()
         return self.function_call(name, args.children if args is not None else (), node)
 
     def ex_Intrinsic_Function_Reference(self, node):
@@ -374,11 +377,17 @@ class ExprLowering:
         if isinstance(node, F.Data_Ref):
             parts = node.children
             kind, target = self.designate(parts[0])
-            for part in parts[1:]:
+            for k, part in enumerate(parts[1:], 1):
                 if kind != "record":
                     raise unsupported(self.loc, f"component {part} of a non-derived-type value {parts[0]}",
                                       "check the declaration")
                 comp = str(part.children[0] if isinstance(part, F.Part_Ref) else part).lower()
+                if comp not in target.fields and k == len(parts) - 1 and not write and isinstance(part, F.Part_Ref):
+                    # fparser reads X%F(A) as a component; F may be a function the type binds
+                    obj = parts[0] if k == 1 else F.Data_Ref(" % ".join(str(p) for p in parts[:k]))
+                    args = part.children[1]
+                    return "value", self.bound_call(obj, comp, args.children if args is not None else (),
+                                                    "function")
                 if comp not in target.fields:
                     raise unsupported(self.loc, f"component {comp} of {target.name}",
                                       f"TYPE({target.tspec.derived}) has no such component")

@@ -258,8 +258,9 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
             return type_node
         if isinstance(type_node, F.Declaration_Type_Spec):
             word, tname = type_node.children
-            if str(word).upper() == "CLASS":
-                raise unsupported(self.loc, "CLASS(...) declarations", "use TYPE(...)")
+            if str(word).upper() == "CLASS" and str(tname).strip() == "*":
+                raise unsupported(self.loc, "CLASS(*) declarations", "use TYPE(...)")
+            # CLASS(T) is its declared type: a variable's type is known where it is declared
             return TypeSpec("type", derived=str(tname).lower())
         base, selector = type_node.children[0], type_node.children[1]
         base = str(base).upper()
@@ -678,6 +679,9 @@ def _components(lo, owner, tdef):
     F = _fparser()[2]
     from .scope import Decl, _array_spec
     comps = {}
+    parent = _parent_type(tdef)
+    if parent is not None:                  # TYPE, EXTENDS(T): T's components come first
+        comps.update(_components(lo, *lo.typedef(owner, parent)))
     for part in tdef.children:
         if not isinstance(part, F.Component_Part):
             continue
@@ -706,6 +710,40 @@ def _components(lo, owner, tdef):
                 comps[d.name] = d
     tdef._flowgrad_components = comps
     return comps
+
+
+def _parent_type(tdef):
+    """The name of the type a ``TYPE, EXTENDS(T)`` definition extends, else None."""
+    F = _fparser()[2]
+    attrs = tdef.children[0].children[0]
+    for a in (attrs.children if attrs is not None else ()):
+        if isinstance(a, F.Type_Attr_Spec) and str(a.children[0]).upper() == "EXTENDS":
+            return str(a.children[1]).lower()
+    return None
+
+
+def type_bindings(lo, owner, tdef):
+    """Binding name -> (procedure name, the scope it is found from, its passed-object dummy: None
+    for the first, a name for PASS(name), False for NOPASS) of a derived type's type-bound
+    procedures, those of the type it extends included (and overridden)."""
+    F = _fparser()[2]
+    parent = _parent_type(tdef)
+    out = dict(type_bindings(lo, *lo.typedef(owner, parent))) if parent is not None else {}
+    for part in tdef.children:
+        if not isinstance(part, F.Type_Bound_Procedure_Part):
+            continue
+        for b in part.children:
+            if not isinstance(b, F.Specific_Binding):
+                continue
+            _iface, attrs, _, name, proc = b.children
+            passed = None
+            for a in (attrs.children if attrs is not None else ()):
+                if isinstance(a, F.Binding_PASS_Arg_Name):
+                    passed = str(a.children[1]).lower()
+                elif str(a).upper() == "NOPASS":
+                    passed = False
+            out[str(name).lower()] = (str(proc if proc is not None else name).lower(), owner, passed)
+    return out
 
 
 def _missing(lo, name):

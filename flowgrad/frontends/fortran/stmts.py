@@ -531,6 +531,10 @@ class StmtLowering:
     def st_Call_Stmt(self, s):
         F = _fparser()[2]
         target, args = s.children[0], s.children[1]
+        if isinstance(target, F.Procedure_Designator):
+            obj, _, binding = target.children
+            self.bound_call(obj, str(binding).lower(), args.children if args is not None else (), "subroutine")
+            return None
         if not isinstance(target, F.Name):
             raise unsupported(self.loc, f"CALL of {target}", "call a named subroutine")
         self.call_subroutine(str(target).lower(), args.children if args is not None else ())
