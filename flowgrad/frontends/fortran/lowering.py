@@ -501,33 +501,6 @@ class Lowering(ExprLowering, CallLowering, StmtLowering):
         if v is None:
             raise unsupported(frame.unit.loc(stmt), f"DATA subscript {node}", "subscripts must be constants")
         return int(v)
-        F = _fparser()[2]
-        cached = frame._data = {}
-        for stmt in frame.decls.data:
-            for dset in stmt.children:
-                if not isinstance(dset, F.Data_Stmt_Set):
-                    continue
-                objects, vals = dset.children
-                values = []
-                for v in vals.children:
-                    if isinstance(v, F.Data_Stmt_Value):
-                        rep, c = v.children
-                        values += [self.in_scope(frame, self.value, c)] * int(const_value(self.in_scope(
-                            frame, self.value, rep)))
-                    else:
-                        values.append(self.in_scope(frame, self.value, v))
-                for obj in objects.children:
-                    if not isinstance(obj, F.Name):
-                        raise unsupported(frame.unit.loc(stmt), f"DATA for {obj}",
-                                          "initialise whole variables (or assign in the body)")
-                    name = str(obj).lower()
-                    decl = frame.decls.decls.get(name)
-                    size = 1
-                    if decl is not None and decl.dims is not None:
-                        for lb, e in self.eval_dims(frame, decl):
-                            size *= int(const_value(fold(e)))
-                    cached[name], values = [fold(v) for v in values[:size]], values[size:]
-        return cached
 
     def snapshot(self, e):
         """An integer known at frame entry: a constant as it is, else its value saved then (a
@@ -682,32 +655,27 @@ def _components(lo, owner, tdef):
     parent = _parent_type(tdef)
     if parent is not None:                  # TYPE, EXTENDS(T): T's components come first
         comps.update(_components(lo, *lo.typedef(owner, parent)))
-    for part in tdef.children:
-        if not isinstance(part, F.Component_Part):
-            continue
-        for s in part.children:
-            if not isinstance(s, F.Data_Component_Def_Stmt):
-                continue
-            tnode, attrs, decls = s.children
-            common = Decl("")
-            dims = None
-            for a in (attrs.children if attrs is not None else ()):
-                word = str(a).upper()
-                if word.startswith("DIMENSION"):
-                    dims = _array_spec(a.children[1], owner.unit.loc)
-                elif word == "ALLOCATABLE":
-                    common.allocatable = True
-                elif word == "POINTER":
-                    common.pointer = True
-            for cd in decls.children:
-                name, spec, _length, init = cd.children
-                d = Decl(str(name).lower())
-                d.type_node, d.node = tnode, s
-                d.allocatable, d.pointer = common.allocatable, common.pointer
-                d.dims = _array_spec(spec, owner.unit.loc) if spec is not None else dims
-                if init is not None and str(init.children[0]).strip() == "=":
-                    d.init = init.children[1]
-                comps[d.name] = d
+    for s in _type_statements(tdef, F.Component_Part, F.Data_Component_Def_Stmt):
+        tnode, attrs, decls = s.children
+        common = Decl("")
+        dims = None
+        for a in (attrs.children if attrs is not None else ()):
+            word = str(a).upper()
+            if word.startswith("DIMENSION"):
+                dims = _array_spec(a.children[1], owner.unit.loc)
+            elif word == "ALLOCATABLE":
+                common.allocatable = True
+            elif word == "POINTER":
+                common.pointer = True
+        for cd in decls.children:
+            name, spec, _length, init = cd.children
+            d = Decl(str(name).lower())
+            d.type_node, d.node = tnode, s
+            d.allocatable, d.pointer = common.allocatable, common.pointer
+            d.dims = _array_spec(spec, owner.unit.loc) if spec is not None else dims
+            if init is not None and str(init.children[0]).strip() == "=":
+                d.init = init.children[1]
+            comps[d.name] = d
     tdef._flowgrad_components = comps
     return comps
 
@@ -729,21 +697,23 @@ def type_bindings(lo, owner, tdef):
     F = _fparser()[2]
     parent = _parent_type(tdef)
     out = dict(type_bindings(lo, *lo.typedef(owner, parent))) if parent is not None else {}
-    for part in tdef.children:
-        if not isinstance(part, F.Type_Bound_Procedure_Part):
-            continue
-        for b in part.children:
-            if not isinstance(b, F.Specific_Binding):
-                continue
-            _iface, attrs, _, name, proc = b.children
-            passed = None
-            for a in (attrs.children if attrs is not None else ()):
-                if isinstance(a, F.Binding_PASS_Arg_Name):
-                    passed = str(a.children[1]).lower()
-                elif str(a).upper() == "NOPASS":
-                    passed = False
-            out[str(name).lower()] = (str(proc if proc is not None else name).lower(), owner, passed)
+    for b in _type_statements(tdef, F.Type_Bound_Procedure_Part, F.Specific_Binding):
+        _iface, attrs, _, name, proc = b.children
+        passed = None
+        for a in (attrs.children if attrs is not None else ()):
+            if isinstance(a, F.Binding_PASS_Arg_Name):
+                passed = str(a.children[1]).lower()
+            elif str(a).upper() == "NOPASS":
+                passed = False
+        out[str(name).lower()] = (str(proc if proc is not None else name).lower(), owner, passed)
     return out
+
+
+def _type_statements(tdef, part, kind):
+    """The statements of class ``kind`` in the parts of class ``part`` of a type definition."""
+    for p in tdef.children:
+        if isinstance(p, part):
+            yield from (s for s in p.children if isinstance(s, kind))
 
 
 def _missing(lo, name):
