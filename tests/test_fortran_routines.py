@@ -445,6 +445,78 @@ end subroutine
 """
 
 
+KESSLER = """
+! A Kessler-type warm-rain scheme for one column, in the style of the classic routine; its
+! literals are default (single precision) REAL whatever the working kind
+subroutine kessler_column(nz, dt, rho, pii, dz, t, qv, qc, qr, rainnc)
+  implicit none
+  integer, parameter :: wp = WORKING_KIND
+  integer, intent(in) :: nz
+  real(wp), intent(in) :: dt
+  real(wp), dimension(nz), intent(in) :: rho, pii, dz
+  real(wp), dimension(nz), intent(inout) :: t, qv, qc, qr
+  real(wp), intent(inout) :: rainnc
+  real(wp), parameter :: c1 = .001, c2 = .001, c3 = 2.2, c4 = .875, xlv = 2.5e6, cp = 1004.5
+  real(wp), parameter :: ep2 = 0.6217504, svp1 = 0.6112, svp2 = 17.67, svp3 = 29.65, svpt0 = 273.15
+  real(wp) :: prod(nz), vt(nz), prodk(nz), vtden(nz), rdzk(nz), rhok(nz), factor(nz), rdzw(nz)
+  real(wp) :: qrprod, ern, gam, rcgs, rcgsi, dtfall, product, es, qvs, pressure, temp
+  integer :: k, nfall, n, nfall_new
+  real(wp) :: crmax, vtmax, f5, ppt, rdz, max_cr_sedimentation
+  max_cr_sedimentation = 0.75
+  f5 = svp2 * (svpt0 - svp3) * xlv / cp
+  ! sedimentation of rain: number of small steps from the largest Courant number
+  crmax = 0.
+  do k = 1, nz
+    rdzk(k) = 1. / dz(k)
+    prodk(k) = qr(k)
+    rhok(k) = rho(k)
+    qrprod = qr(k) * 0.001 * rhok(k)
+    vtden(k) = sqrt(rhok(1) / rhok(k))
+    vt(k) = 36.34 * (qrprod ** 0.1364) * vtden(k)
+    crmax = max(vt(k) * dt * rdzk(k), crmax)
+  end do
+  nfall = max(1, nint(0.5 + crmax / max_cr_sedimentation))
+  dtfall = dt / real(nfall, wp)
+  do n = 1, nfall
+    do k = 1, nz - 1
+      factor(k) = dtfall * rdzk(k) / rhok(k)
+    end do
+    factor(nz) = dtfall * rdzk(nz)
+    ppt = rhok(1) * prodk(1) * vt(1) * dtfall / 1000.
+    rainnc = rainnc + ppt * 1000.
+    do k = 1, nz - 1
+      prodk(k) = prodk(k) - factor(k) * (rhok(k) * prodk(k) * vt(k) - rhok(k+1) * prodk(k+1) * vt(k+1))
+    end do
+    k = nz
+    prodk(k) = prodk(k) - factor(k) * prodk(k) * vt(k)
+  end do
+  qr = prodk
+  ! autoconversion, accretion, evaporation, saturation adjustment
+  do k = 1, nz
+    factor(k) = 1. / (1. + c3 * dt * max(0., qr(k)) ** c4)
+    qrprod = qc(k) * (1. - factor(k)) + factor(k) * c1 * dt * max(qc(k) - c2, 0.)
+    rcgs = 0.001 * rho(k)
+    qc(k) = max(qc(k) - qrprod, 0.)
+    qr(k) = qr(k) + qrprod
+    temp = pii(k) * t(k)
+    pressure = 1.e5 * pii(k) ** (1004. / 287.)
+    gam = 2.5e6 / (1004. * pii(k))
+    es = 1000. * svp1 * exp(svp2 * (temp - svpt0) / (temp - svp3))
+    qvs = ep2 * es / (pressure - es)
+    prod(k) = (qv(k) - qvs) / (1. + pressure / (pressure - es) * qvs * f5 / (temp - svp3) ** 2)
+    ern = min(dt * (((1.6 + 124.9 * (rcgs * qr(k)) ** .2046) * (rcgs * qr(k)) ** .525) &
+              / (2.55e8 / (pressure * qvs) + 5.4e5)) * (dim(qvs, qv(k)) / (rcgs * qvs)), &
+              max(-prod(k) - qc(k), 0.), qr(k))
+    product = max(prod(k), -qc(k))
+    t(k) = t(k) + gam * (product - ern)
+    qv(k) = max(qv(k) - product + ern, 0.)
+    qc(k) = qc(k) + product
+    qr(k) = qr(k) - ern
+  end do
+end subroutine kessler_column
+"""
+
+
 def _z(*shape, dtype=np.float64):
     return np.zeros(shape, dtype)
 
@@ -598,3 +670,20 @@ def test_an_advection_diffusion_model_with_a_grid_type_halos_and_a_limiter():
     it takes about 40 s: it runs on the NumPy backend here.)"""
     check_source(ADVECTION_DIFFUSION, "run_model", (6, 5, 4, 0.01, 0.7, -0.4, 0.01, RNG.random((6, 5)), _z(6, 5),
                                                     0.0, 0), "numpy")
+
+
+def _kessler_column(dtype):
+    t = np.float32 if dtype == np.float32 else float
+    return (8, t(20.0), np.linspace(1.2, 0.6, 8).astype(dtype), np.linspace(1.0, 0.85, 8).astype(dtype),
+            np.full(8, 500, dtype), np.linspace(300, 290, 8).astype(dtype), np.linspace(0.015, 0.006, 8).astype(dtype),
+            (1e-3 * RNG.random(8)).astype(dtype), (1e-3 * RNG.random(8)).astype(dtype), t(0))
+
+
+def test_a_kessler_warm_rain_scheme_in_double_and_single_precision(backend):
+    """Sedimentation in substeps set by the largest Courant number, autoconversion, accretion,
+    evaporation and a saturation adjustment, built with the working kind as a define."""
+    check_source(KESSLER, "kessler_column", _kessler_column(np.float64), backend, defines={"WORKING_KIND": 8})
+    # single precision: forward only (central differences in float32 are too coarse); the native
+    # backend may reassociate sums, a few units in the last place
+    check_source(KESSLER, "kessler_column", _kessler_column(np.float32), backend, defines={"WORKING_KIND": 4},
+                 rtol=2e-5, atol=1e-9, grad=False)
