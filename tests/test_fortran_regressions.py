@@ -561,3 +561,18 @@ def test_type_bound_procedures_and_extended_types(backend):
     overrides a binding, and CLASS(T) passed-object dummies (refused: CLASS declarations, calls
     through a designator; an extended type lacked its parent's components)."""
     check_source(TYPE_BOUND, "simulate", (RNG.random(5), 0.3, 0.0, 0.0), backend)
+
+
+RESHAPE_ORDER = """
+subroutine reorder(x, y, z)
+  real(8), intent(in) :: x(24)
+  real(8), intent(out) :: y(2, 3, 4), z
+  y = reshape(x, [2, 3, 4], order=[3, 1, 2])
+  z = sum(y(:, 2, 1:3) * y(:, :, 1)) + sum(reshape(x(1:6), [3, 2], order=[2, 1]) * spread([1d0, 2d0, 3d0], 2, 2))
+end subroutine
+"""
+
+
+def test_reshape_with_order(backend):
+    """RESHAPE(..., ORDER=) fills the result in permuted subscript order (it was refused)."""
+    check_source(RESHAPE_ORDER, "reorder", (RNG.random(24), _z(2, 3, 4), 0.0), backend)

@@ -488,12 +488,23 @@ def _associated(lo, a, nodes):
 
 
 def _reshape(lo, a):
+    """RESHAPE; with ORDER, the elements fill the result in permuted subscript order: the
+    result is the source reshaped to the permuted shape, its axes then permuted back."""
     src, shape = a["source"], a["shape"]
-    if a.get("pad") is not None or a.get("order") is not None:
-        raise unsupported(lo.loc, "RESHAPE with PAD= or ORDER=", "reshape without them")
+    if a.get("pad") is not None:
+        raise unsupported(lo.loc, "RESHAPE with PAD=", "reshape without it")
     dims = lo.const_values(shape)
     if dims is None:
         raise unsupported(lo.loc, "RESHAPE to a shape known only at run time", "give the shape as constants")
+    if a.get("order") is not None:
+        order = lo.const_values(a["order"])
+        n = len(dims)
+        if order is None or sorted(int(k) for k in order) != list(range(1, n + 1)):
+            raise unsupported(lo.loc, f"RESHAPE with ORDER={order}", f"give a permutation of 1..{n} as constants")
+        order = [int(k) for k in order]
+        permuted = _reshape(lo, {"source": src, "shape": lo.const_array(np.array([dims[k - 1] for k in order]))})
+        # IR axes run reversed: IR axis j of the result is Fortran dimension n - j
+        return numpy_api._transpose(lo, lo.loc, lo.whole(permuted), [n - 1 - order.index(n - j) for j in range(n)])
     src = lo.whole(src)
     if isinstance(src, Read) and src.ref.container in lo.const_arrays:
         value = lo.const_arrays[src.ref.container]
