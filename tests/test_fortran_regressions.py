@@ -576,3 +576,25 @@ end subroutine
 def test_reshape_with_order(backend):
     """RESHAPE(..., ORDER=) fills the result in permuted subscript order (it was refused)."""
     check_source(RESHAPE_ORDER, "reorder", (RNG.random(24), _z(2, 3, 4), 0.0), backend)
+
+
+MASKED_LOCATIONS = """
+subroutine locations(n, m, a, t, i1, i2, i3, i4, i5)
+  integer, intent(in) :: n, m
+  real(8), intent(in) :: a(n, m), t
+  integer, intent(out) :: i1(2), i2(m), i3(n), i4(2), i5
+  i1 = maxloc(a, mask=a < t)
+  i2 = minloc(a, dim=1, mask=a > t)
+  i3 = maxloc(a, dim=2, mask=a < t)
+  i4 = minloc(a, mask=a > 2d0)
+  i5 = maxloc([1, 3, 3, 2], dim=1, mask=[.true., .false., .true., .true.])
+end subroutine
+"""
+
+
+def test_maxloc_and_minloc_with_mask(backend):
+    """MAXLOC/MINLOC with MASK (refused): the first selected extreme, ties included, and 0 where
+    the mask selects nothing."""
+    a = np.round(RNG.random((4, 5)) * 4) / 4            # ties
+    check_source(MASKED_LOCATIONS, "locations", (4, 5, a, 0.6, _z(2, dtype=np.int32), _z(5, dtype=np.int32),
+                                                 _z(4, dtype=np.int32), _z(2, dtype=np.int32), 0), backend, grad=False)

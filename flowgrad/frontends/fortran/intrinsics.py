@@ -326,25 +326,45 @@ def _all(lo, a):
 
 
 def _loc(name):
-    """MAXLOC/MINLOC: the first position of the extreme, Fortran subscripts counted from 1. Along
-    ``DIM`` one position per remaining element; else the subscripts of the extreme, unravelled
-    from its array element order position (the IR's flat position: axes run reversed)."""
+    """MAXLOC/MINLOC: the first position of the extreme, Fortran subscripts counted from 1 (0 where
+    MASK selects no element). Along ``DIM`` one position per remaining element; else the
+    subscripts of the extreme, unravelled from its array element order position (the IR's flat
+    position: axes run reversed)."""
     def handler(lo, a):
-        x = a["array"]
-        if a.get("mask") is not None:
-            raise unsupported(lo.loc, f"{name.upper()} with MASK=", "select the elements first")
+        x, mask = a["array"], a.get("mask")
         if x.shape == ():
             raise unsupported(lo.loc, f"{name.upper()} of a scalar", "its argument must be an array")
-        arg = "argmax" if name == "maxloc" else "argmin"
-        if a.get("dim") is not None:
-            return mk("add", numpy_api.reduce(lo, arg, lo.whole(x), _axis(lo, x, a["dim"]), False, lo.loc), const(1))
+        axis = None if a.get("dim") is None else _axis(lo, x, a["dim"])
+        arg, found = ("argmax" if name == "maxloc" else "argmin"), None
+        if mask is not None:
+            x, found = _first_extreme(lo, name, x, mask, axis)
+            arg = "argmax"
+
+        def position(p):
+            return p if found is None else mk("where", found, p, const(0))
+        if axis is not None:
+            return position(mk("add", numpy_api.reduce(lo, arg, lo.whole(x), axis, False, lo.loc), const(1)))
         flat = numpy_api.reduce(lo, arg, lo.whole(x), None, False, lo.loc)
         subscripts, stride = [], const(1)
         for extent in reversed(x.shape):
-            subscripts.append(mk("add", fortran_mod(int_div(flat, stride), as_expr(extent)), const(1)))
+            subscripts.append(position(mk("add", fortran_mod(int_div(flat, stride), as_expr(extent)), const(1))))
             stride = mk("multiply", stride, as_expr(extent))
         return lo.construct(subscripts)
     return handler
+
+
+def _first_extreme(lo, name, x, mask, axis):
+    """(1 where an element is selected by ``mask`` and equals the extreme of the selected ones,
+    else 0; whether ``mask`` selects any element), over the whole array or along ``axis``: the
+    first 1 is MAXLOC's or MINLOC's answer, exactly, whatever values the others hold."""
+    dt = np.dtype(x.dtype)
+    limits = np.finfo(dt) if dt.kind == "f" else np.iinfo(dt)
+    bound = (-np.inf if name == "maxloc" else np.inf) if dt.kind == "f" else (
+        limits.min if name == "maxloc" else limits.max)
+    selected = mk("where", mask, x, const(bound, dt))
+    extreme = numpy_api.reduce(lo, "max" if name == "maxloc" else "min", lo.whole(selected), axis, True, lo.loc)
+    key = convert_bool(mk("logical_and", mask, mk("equal", x, extreme)))
+    return key, _any(lo, {"mask": mask, "dim": None if axis is None else const(len(x.shape) - axis)})
 
 
 def _dot(lo, a):
