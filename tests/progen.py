@@ -377,10 +377,60 @@ class _Gen:
         self.arrays[out] = n
         self.owned.add(out)
 
+    def stmt_matrix_sweep(self, depth):
+        """Nested loops over A reading the neighbours a previous pass wrote (a 2-D Gauss-Seidel sweep)."""
+        i, j = self.fresh("i"), self.fresh("j")
+        self.emit(depth, f"for {i} in range(1, {self.m}):")
+        inner = self.rng.choice([f"range({self.m})", f"range({self.m} - 1, -1, -1)", f"range(1, {self.m})"])
+        self.emit(depth + 1, f"for {j} in {inner}:")
+        reads = [f"A[{i} - 1, {j}]", f"A[{i}, {j}]", f"A[{i} - 1, {self.m} - 1 - {j}]", self.scalar_leaf()]
+        value = self.rng.choice(_BINARY).format(self.rng.choice(reads), self.rng.choice(reads))
+        self.emit(depth + 2, f"A[{i}, {j}] = 0.6 * A[{i}, {j}] + 0.4 * np.sin({value})")
+
+    def stmt_runtime_slice(self, depth):
+        """Slices whose bounds are known only at run time (k)."""
+        dst = self.rng.choice([a for a, size in self.arrays.items() if size == self.n])
+        r = self.rng.random()
+        if r < 0.4:
+            self.emit(depth, f"{dst}[k:k + 2] += 0.2 * np.sin({self.array_leaf(2)})")
+        elif r < 0.7:
+            self.emit(depth, f"{dst}[:k + 1] *= {self.const(0.5, 0.95)}")
+        else:
+            self.emit(depth, f"{dst}[-k - 1:] = np.tanh({dst}[:k + 1] + {self.scalar_leaf()})")
+
+    def stmt_library(self, depth):
+        """NumPy calls that are not elementwise, on values of the program."""
+        name = self.fresh("t")
+        n = self.n
+        r = self.rng.random()
+        if r < 0.2:
+            self.emit(depth, f"{name} = 0.3 * np.cumsum({self.expr(n, 1)})")
+        elif r < 0.4:
+            self.emit(depth, f"{name} = np.roll({self.expr(n, 1)}, {self.rng.choice([-2, -1, 1, 3])})")
+        elif r < 0.6:
+            self.emit(depth, f"{name} = np.concatenate(({self.expr(2, 1)}, {self.expr(n - 2, 1)}))")
+        elif r < 0.8:
+            self.emit(depth, f"{name} = np.tanh(np.outer({self.expr(self.m, 1)}, {self.expr(self.m, 1)}) @ "
+                             f"({self.expr(self.m, 1)}))")
+            self.arrays[name] = self.m
+            self.owned.add(name)
+            return
+        else:
+            self.emit(depth, f"{name} = np.sort({self.expr(n, 1)})[::-1] * {self.const()}")
+        self.arrays[name] = n
+        self.owned.add(name)
+
+    def stmt_early_return(self, depth):
+        if depth != 1:
+            return self.stmt_slice_update(depth)
+        self.emit(depth, f"if {self.scalar_expr(1)} > {self.const(0.2, 0.6)}:")
+        self.emit(depth + 1, f"return {self.const()} * np.sum(np.sin({self.updatable()})) + s")
+
     STATEMENTS = [
         (stmt_slice_update, 6), (stmt_new_array, 3), (stmt_view, 2), (stmt_scatter, 2), (stmt_mask, 1),
         (stmt_scalar, 2), (stmt_container, 1), (stmt_list_loop, 1), (stmt_swap, 1), (stmt_matrix, 2),
         (stmt_if, 2), (stmt_time_loop, 2), (stmt_sweep, 3), (stmt_while, 1), (stmt_helper, 1),
+        (stmt_matrix_sweep, 1), (stmt_runtime_slice, 1), (stmt_library, 1), (stmt_early_return, 0.3),
     ]
 
     def body(self, depth, count):
@@ -482,21 +532,23 @@ def check(seed, backend, n_dirs=2):
         direction[2] = float(direction[2])
         ad = sum(float(np.sum(g * d)) for g, d in zip(grads, direction[:3]))
         fds = [_directional(fn, args, direction, eps) for eps in (1e-6, 1e-5)]
-        scale = max(abs(ad), abs(fds[0]), 1e-3)
-        if abs(ad - fds[0]) <= 1e-5 * scale:
+        if abs(ad - fds[0]) <= 1e-5 * max(abs(ad), abs(fds[0]), 1e-3):
             continue
-        if abs(fds[0] - fds[1]) > 1e-4 * scale:     # a kink within eps: finite differences are no oracle
-            return "nonsmooth", f"finite differences {fds}"
+        if abs(fds[0] - fds[1]) > 1e-3 * max(abs(fds[0]), abs(fds[1]), 1e-3):
+            # a kink within eps, or values too large for the steps: finite differences are no oracle
+            return "nonsmooth", f"finite differences {fds}, <grad, d> {ad!r}"
         return "grad", f"<grad, d> {ad!r}, finite differences {fds[0]!r} (eps 1e-5: {fds[1]!r})"
     return "ok", ""
 
 
 # ------------------------------------------------------------------------ command line
 
-def _worker(jobs):
+def _worker(jobs, deadline):
     import warnings
     warnings.simplefilter("ignore")
     for seed, backend in jobs:
+        if time.time() > deadline:
+            return
         start = time.perf_counter()
         try:
             status, detail = check(seed, backend)
@@ -506,16 +558,18 @@ def _worker(jobs):
                           "seconds": round(time.perf_counter() - start, 2)}), flush=True)
 
 
-def _run_chunk(jobs):
-    """Run (seed, backend) jobs in a child process; a crash (signal, abort) is recorded and the rest resumes."""
+def _run_chunk(jobs, deadline):
+    """Run (seed, backend) jobs in a child process; a crash (signal, abort) is recorded and the rest
+    resumes. Jobs not started by `deadline` (a time.time()) are left out."""
     done = []
-    while jobs:
+    while jobs and time.time() < deadline:
         spec = ",".join(f"{s}:{b}" for s, b in jobs)
-        proc = subprocess.run([sys.executable, __file__, "--worker", spec], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, __file__, "--worker", spec, "--deadline", str(deadline)],
+                              capture_output=True, text=True)
         results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         done += results
         jobs = jobs[len(results):]
-        if jobs:
+        if jobs and proc.returncode != 0:
             seed, backend = jobs.pop(0)
             done.append({"seed": seed, "backend": backend, "status": "crash",
                          "detail": f"exit {proc.returncode}: {proc.stderr[-1500:]}", "seconds": 0})
@@ -531,7 +585,9 @@ def main(argv=None):
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--out", help="write one JSON line per program and backend here")
     parser.add_argument("--show", type=int, help="print the program with this seed and exit")
+    parser.add_argument("--minutes", type=float, default=1e9, help="start no program after this long")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, default=1e18, help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     backends = opts.backends.split(",")
     if opts.show is not None:
@@ -539,7 +595,7 @@ def main(argv=None):
         print("# inputs:", [a.tolist() if isinstance(a, np.ndarray) else a for a in inputs(opts.show)])
         return 0
     if opts.worker:
-        _worker([(int(job.split(":")[0]), job.split(":")[1]) for job in opts.worker.split(",")])
+        _worker([(int(job.split(":")[0]), job.split(":")[1]) for job in opts.worker.split(",")], opts.deadline)
         return 0
     from concurrent.futures import ThreadPoolExecutor
     seeds = list(range(opts.seed, opts.seed + opts.count))
@@ -548,17 +604,20 @@ def main(argv=None):
     counts = {}
     out = open(opts.out, "w") if opts.out else None
     start = time.time()
+    deadline = start + 60 * opts.minutes
     with ThreadPoolExecutor(opts.jobs) as pool:
-        for results in pool.map(_run_chunk, chunks):
+        for results in pool.map(lambda chunk: _run_chunk(chunk, deadline), chunks):
             for r in results:
                 counts[(r["backend"], r["status"])] = counts.get((r["backend"], r["status"]), 0) + 1
                 if out:
                     out.write(json.dumps(r) + "\n")
+                    out.flush()
                 if r["status"] not in ("ok", "refused", "skip", "nonsmooth"):
                     print(f"seed {r['seed']} {r['backend']}: {r['status']}: {r['detail'][:300]}", flush=True)
     if out:
         out.close()
-    print(f"{len(seeds)} programs from seed {opts.seed} in {time.time() - start:.0f} s")
+    ran = {b: sum(c for (b2, _), c in counts.items() if b2 == b) for b in backends}
+    print(f"{ran} programs from seed {opts.seed} in {time.time() - start:.0f} s")
     for backend in backends:
         row = {status: c for (b, status), c in sorted(counts.items()) if b == backend}
         print(f"  {backend}: " + ", ".join(f"{k} {v}" for k, v in row.items()))
