@@ -56,7 +56,8 @@ def _fft_src(i, a):
 FFT_CALLS = {
     "fft": rules.CallRule(_fft_src, _vjp_fft, jvp=rules.jvp_linear(0), flops=_flops, complex=True,
                           doc="discrete Fourier transform along an axis (ifft with inverse; pocketfft)"),
-    "rfft": rules.CallRule(lambda i, a: f"np.fft.rfft({i[0]}, axis={a['axis']}, norm={a['norm']!r})", _vjp_rfft, jvp=rules.jvp_linear(0),
+    "rfft": rules.CallRule(lambda i, a: f"np.fft.rfft({i[0]}, axis={a['axis']}, norm={a['norm']!r})", _vjp_rfft,
+                           jvp=rules.jvp_linear(0),
                            flops=_flops, complex=True, doc="Fourier transform of real values, the n // 2 + 1 "
                                                            "non-negative frequencies"),
     "irfft": rules.CallRule(lambda i, a: f"np.fft.irfft({i[0]}, n={a['n']}, axis={a['axis']}, norm={a['norm']!r})",

@@ -290,7 +290,8 @@ NN_CALLS = {
         flops=lambda c, size: 2 * size(c.outputs[0].shape) * size(c.inputs[1].shape[-1:]),
         doc="x @ w.T (BLAS); the weight's adjoint is computed in the weight's own layout"),
     "conv": rules.CallRule(
-        lambda i, a: f"_rt.nn.conv({i[0]}, {i[1]}, {_geom_src(a)}, {a['groups']})", _vjp_conv, jvp=rules.jvp_linear(0, 1),
+        lambda i, a: f"_rt.nn.conv({i[0]}, {i[1]}, {_geom_src(a)}, {a['groups']})", _vjp_conv,
+        jvp=rules.jvp_linear(0, 1),
         flops=lambda c, size: 2 * size(c.outputs[0].shape) * size(c.inputs[1].shape[1:]),
         doc="N-d convolution: im2col + one GEMM per group (BLAS)"),
     "conv_grad_input": rules.CallRule(

@@ -366,3 +366,51 @@ def test_coverage_reports_tangents():
     for name in ("sum", "prod", "max", "matmul", "solve", "det", "slogdet", "cholesky", "cumsum", "gather",
                  "scatter", "add_at", "mask_gather", "mask_scatter", "einsum", "fft", "solve_triangular"):
         assert CALLS[name].jvp is not None, f"{name} has no tangent rule"
+
+
+# ---------------------------------------------------------------------------------------
+# every program of the feature tests and of the kernel corpus
+# ---------------------------------------------------------------------------------------
+
+from test_features import CASES as FEATURE_CASES  # noqa: E402
+
+try:
+    import benchmarks.kernels as kernels
+    CORPUS = list(kernels.NAMES)
+except ImportError:          # the corpus is optional
+    kernels, CORPUS = None, []
+
+
+def _wrt_tuple(wrt):
+    return tuple(wrt) if isinstance(wrt, (tuple, list)) else (wrt,)
+
+
+@pytest.mark.parametrize("fn, make, wrt", FEATURE_CASES)
+def test_feature_jvp(fn, make, wrt, backend):
+    check_jvp(fn, make(), _wrt_tuple(wrt), backend, n_dirs=1, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not CORPUS, reason="benchmarks.kernels is not importable")
+@pytest.mark.parametrize("name", CORPUS)
+def test_corpus_jvp(name, backend):
+    mod = kernels.load(name)
+    check_jvp(mod.kernel, mod.args("test"), _wrt_tuple(mod.WRT), backend, n_dirs=1, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not CORPUS, reason="benchmarks.kernels is not importable")
+@pytest.mark.parametrize("name", CORPUS)
+def test_corpus_hvp(name, backend):
+    """H v against central differences of the reverse-mode gradient, for the first wrt argument."""
+    mod = kernels.load(name)
+    args = mod.args("test")
+    wrt = _wrt_tuple(mod.WRT)[0]
+    pos = wrt if isinstance(wrt, int) else mod.kernel.__code__.co_varnames.index(wrt)
+    v = _direction(np.random.default_rng(0), args[pos])
+    tangents = [None] * len(args)
+    tangents[pos] = v
+    hv = flowgrad.hvp(mod.kernel, args, tangents, wrt=wrt, backend=backend)
+    g, eps = flowgrad.grad(mod.kernel, wrt=wrt, backend="numpy"), 1e-5
+    plus, minus = list(copy.deepcopy(args)), list(copy.deepcopy(args))
+    plus[pos], minus[pos] = plus[pos] + eps * v, minus[pos] - eps * v
+    fd = (np.asarray(g(*plus)) - np.asarray(g(*minus))) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-4, atol=1e-4 * (np.max(np.abs(fd)) + 1e-8))
