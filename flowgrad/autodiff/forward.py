@@ -121,7 +121,7 @@ class TangentBuilder:
         try:
             te = self.tangent(s.expr, out)
         except UnsupportedError as exc:
-            raise UnsupportedError(f"{s.loc}: {exc}") from None
+            raise _located(exc, s.loc) from None
         if s.accumulate and te is None:
             return [s]
         if te is not None and te.dtype.kind == "c" and x.dtype.kind != "c":
@@ -130,15 +130,21 @@ class TangentBuilder:
         return [tstmt, s] if reads_self else [s, tstmt]
 
     def tangent_call(self, s: Call):
+        if all(c not in self.tangents for c in s.outputs):
+            return [s]
+        try:
+            return self._tangent_call(s)
+        except UnsupportedError as exc:
+            raise _located(exc, s.loc) from None
+
+    def _tangent_call(self, s: Call):
         rule = CALLS[s.op]
         touts = [self.tangents.get(c) for c in s.outputs]
-        if all(t is None for t in touts):
-            return [s]
         if not rule.inplace and all(self.tangent(e) is None for e in s.inputs):
             # made from nothing active (``C = np.eye(n)``, later written with active values)
             return [s] + [Assign(Ref(t), Const(0.0), loc=s.loc) for t in touts if t is not None]
         if rule.jvp is None:
-            raise UnsupportedError(f"{s.loc}: unsupported forward-mode differentiation of {s.op}: it has no "
+            raise UnsupportedError(f"unsupported forward-mode differentiation of {s.op}: it has no "
                                    "tangent rule; compute it outside the differentiated function, or use "
                                    "reverse mode (flowgrad.grad, flowgrad.vjp)")
         stmts = rule.jvp(self, s, touts)
@@ -146,6 +152,13 @@ class TangentBuilder:
             if getattr(st, "loc", None) is None and hasattr(st, "loc"):
                 st.loc = s.loc
         return stmts + [s] if rule.inplace else [s] + stmts
+
+
+def _located(exc, loc):
+    """``exc`` naming the user's line ``loc`` (once)."""
+    if loc is None or str(exc).startswith(f"{loc}:"):
+        return exc
+    return UnsupportedError(f"{loc}: {exc}")
 
 
 def _first_writes(stmts):
