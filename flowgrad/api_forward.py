@@ -57,7 +57,7 @@ def _seed(w, value, what):
 def _seeds(entry, names, tangents_by_name, arguments):
     """The tangent program's seed values, one per ``entry.wrt`` container, in order."""
     seeds = []
-    for name, picks, in zip(names, entry.wrt_layout):
+    for name, picks in zip(names, entry.wrt_layout):
         tv = tangents_by_name[name]
         if picks is None:
             seeds.append(_seed(entry.wrt[len(seeds)], tv, f"the tangent of {name!r}"))
