@@ -278,7 +278,7 @@ class _Gen:
         self.scalars.append(out)
 
     def stmt_swap(self, depth):
-        pool = [a for a in self.owned if self.arrays.get(a) == self.n]
+        pool = [a for a in sorted(self.owned) if self.arrays.get(a) == self.n]
         if len(pool) < 2:
             return self.stmt_new_array(depth)
         a, b = self.rng.sample(pool, 2)
@@ -496,11 +496,14 @@ def _directional(fn, args, direction, eps):
     return (_value(fn, plus) - _value(fn, minus)) / (2 * eps)
 
 
-def check(seed, backend, n_dirs=2):
+def check(seed, backend, n_dirs=2, mode="grad"):
     """Check program `seed` on `backend`: returns (status, detail).
 
+    mode "grad" checks ``value_and_grad``, mode "jvp" checks ``jvp`` (forward mode), each
+    against finite differences in random directions.
+
     status: "ok", "refused" (a FlowgradError), "skip" (the program itself overflows or fails
-    in NumPy), "value" (flowgrad's value differs), "grad" (its gradient differs from finite
+    in NumPy), "value" (flowgrad's value differs), "grad" (its derivative differs from finite
     differences), "mutated" (the caller's arrays changed) or "error" (any other exception).
     """
     import flowgrad
@@ -515,8 +518,21 @@ def check(seed, backend, n_dirs=2):
     if not np.isfinite(expected) or abs(expected) > 1e6:
         return "skip", f"value {expected}"
     saved = copy.deepcopy(args)
+    rng = np.random.default_rng(seed)
+    directions = []
+    for _ in range(n_dirs):
+        direction = [rng.standard_normal(np.shape(a)) for a in args[:3]] + [None]
+        direction[2] = float(direction[2])
+        directions.append(direction)
     try:
-        value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+        if mode == "jvp":
+            value, tangent = flowgrad.jvp(fn, args, directions[0], wrt=("x", "A", "s"), backend=backend)
+            derivatives = [tangent]
+            directions = directions[:1]
+        else:
+            value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+            derivatives = [sum(float(np.sum(g * d)) for g, d in zip(grads, direction[:3]))
+                           for direction in directions]
     except flowgrad.FlowgradError as exc:
         return "refused", f"{type(exc).__name__}: {exc}"
     except Exception as exc:
@@ -526,11 +542,8 @@ def check(seed, backend, n_dirs=2):
             return "mutated", "the caller's arguments changed"
     if not abs(value - expected) <= 1e-9 * max(1.0, abs(expected)):
         return "value", f"flowgrad {value!r}, NumPy {expected!r}"
-    rng = np.random.default_rng(seed)
-    for _ in range(n_dirs):
-        direction = [rng.standard_normal(np.shape(a)) for a in args[:3]] + [None]
-        direction[2] = float(direction[2])
-        ad = sum(float(np.sum(g * d)) for g, d in zip(grads, direction[:3]))
+    for ad, direction in zip(derivatives, directions):
+        ad = float(ad)
         fds = [_directional(fn, args, direction, eps) for eps in (1e-6, 1e-5)]
         if abs(ad - fds[0]) <= 1e-5 * max(abs(ad), abs(fds[0]), 1e-3):
             continue
@@ -551,7 +564,8 @@ def _worker(jobs, deadline):
             return
         start = time.perf_counter()
         try:
-            status, detail = check(seed, backend)
+            name, _, mode = backend.partition("-")
+            status, detail = check(seed, name, mode=mode or "grad")
         except Exception as exc:                # a defect of the oracle itself
             status, detail = "error", f"oracle: {type(exc).__name__}: {exc}"
         print(json.dumps({"seed": seed, "backend": backend, "status": status, "detail": detail[:2000],
@@ -580,7 +594,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=100)
-    parser.add_argument("--backends", default="numpy,native")
+    parser.add_argument("--backends", default="numpy,native",
+                        help="backends to check the gradient on; BACKEND-jvp checks forward mode instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--out", help="write one JSON line per program and backend here")
