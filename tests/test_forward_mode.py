@@ -388,7 +388,12 @@ def test_feature_jvp(fn, make, wrt, backend):
     check_jvp(fn, make(), _wrt_tuple(wrt), backend, n_dirs=1, rtol=1e-5, atol=1e-6)
 
 
+# the native runs of the whole corpus compile about 100 programs: a slow test (-m slow)
+NUMPY_AND_SLOW_NATIVE = ["numpy", pytest.param("native", marks=[pytest.mark.native, pytest.mark.slow])]
+
+
 @pytest.mark.skipif(not CORPUS, reason="benchmarks.kernels is not importable")
+@pytest.mark.parametrize("backend", NUMPY_AND_SLOW_NATIVE)
 @pytest.mark.parametrize("name", CORPUS)
 def test_corpus_jvp(name, backend):
     mod = kernels.load(name)
@@ -396,6 +401,7 @@ def test_corpus_jvp(name, backend):
 
 
 @pytest.mark.skipif(not CORPUS, reason="benchmarks.kernels is not importable")
+@pytest.mark.parametrize("backend", NUMPY_AND_SLOW_NATIVE)
 @pytest.mark.parametrize("name", CORPUS)
 def test_corpus_hvp(name, backend):
     """H v against central differences of the reverse-mode gradient, for the first wrt argument."""
