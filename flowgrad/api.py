@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from . import pytree
+from .autodiff.forward import build_tangent
 from .autodiff.reverse import KEPT_OUTPUTS, build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
 from .backends import native as native_backend
@@ -31,7 +32,7 @@ from .passes.pack import pack_strided_views
 from .passes.order import forward_independent_loops
 from .passes.outer import defer_outer_products
 from .passes.take import fuse_gathers
-from .ir.core import I64, Const, Container, Program
+from .ir.core import I64, Assign, Const, Container, Program, Ref
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
 
@@ -118,25 +119,10 @@ class _Compiled:
                 self.func = numpy_backend.compile_source(self.src, name, f"<flowgrad {name}>")
             self.backward_text = ""
             return
-        # which of the gradients each wrt argument gets: one, or one per float leaf of a pytree
-        self.wrt, self.wrt_layout = [], []
-        for w in wrt_spec:
-            leaves = cap.arg_leaves.get(w)
-            if leaves is not None:
-                picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind in "fc"]
-                if not picks:
-                    raise InputError(f"wrt argument {w!r} holds no float arrays or floats to differentiate")
-                self.wrt_layout.append([(k, len(self.wrt) + j) for j, (k, _) in enumerate(picks)])
-                self.wrt += [c for _, c in picks]
-                continue
-            c = cap.arg_containers.get(w)
-            if c is None:
-                raise InputError(f"wrt argument {w!r} is not a float array or scalar argument")
-            if c.dtype.kind not in "fc":
-                raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float and complex arguments can "
-                                 "be differentiated")
-            self.wrt_layout.append(None)
-            self.wrt.append(c)
+        self._resolve_wrt(cap, wrt_spec)
+        if mode in ("jvp", "hvp"):
+            self._compile_tangent(cap, backend, mode)
+            return
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
         outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
         gp, live = self.gp, set()
@@ -182,6 +168,62 @@ class _Compiled:
             self.func = numpy_backend.compile_source(self.src, name + "_vjp", f"<flowgrad {name}>")
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
 
+    def _resolve_wrt(self, cap, wrt_spec):
+        """The argument containers ``wrt_spec`` names (``self.wrt``) and, per entry, which of them
+        a pytree argument's float leaves are (``self.wrt_layout``)."""
+        # which of the gradients each wrt argument gets: one, or one per float leaf of a pytree
+        self.wrt, self.wrt_layout = [], []
+        for w in wrt_spec:
+            leaves = cap.arg_leaves.get(w)
+            if leaves is not None:
+                picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind in "fc"]
+                if not picks:
+                    raise InputError(f"wrt argument {w!r} holds no float arrays or floats to differentiate")
+                self.wrt_layout.append([(k, len(self.wrt) + j) for j, (k, _) in enumerate(picks)])
+                self.wrt += [c for _, c in picks]
+                continue
+            c = cap.arg_containers.get(w)
+            if c is None:
+                raise InputError(f"wrt argument {w!r} is not a float array or scalar argument")
+            if c.dtype.kind not in "fc":
+                raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float and complex arguments can "
+                                 "be differentiated")
+            self.wrt_layout.append(None)
+            self.wrt.append(c)
+
+    def _compile_tangent(self, cap, backend, mode):
+        """The tangent program (``jvp``: of the function; ``hvp``: of its gradient, forward over
+        reverse), through the forward pipeline's late passes to the backend."""
+        prog = self.prog
+        if mode == "hvp":
+            gp = build_reverse(prog, self.wrt, cap.namer)
+            grad = gp.grads.get(self.wrt[0])
+            if grad is None:             # the result does not depend on it: a zero gradient
+                grad = Container(cap.namer("g_" + self.wrt[0].name), self.wrt[0].dtype, self.wrt[0].shape)
+                gp.backward = gp.backward + [Assign(Ref(grad), Const(0.0))]
+                gp.containers[grad.name] = grad
+            prog = Program(prog.name + "_grad", list(prog.params) + [gp.cotangent], gp.forward + gp.backward,
+                           [grad], gp.containers)
+            self.cotangent = gp.cotangent
+        tp = build_tangent(prog, self.wrt, cap.namer)
+        containers, outputs = tp.containers, set(tp.results)
+        tp.body = _pass("dce", lambda b: eliminate_dead(b, outputs)[0], tp.body, containers)
+        if mode == "jvp":
+            tp.body = _pass("fuse", lambda b: fuse_temporaries(b, protected=tp.results), tp.body, containers)
+        tp.body = _pass("hoist", lambda b: hoist_factorizations(b, containers, cap.namer), tp.body, containers)
+        if backend == "native":
+            tp.body = _pass("take", lambda b: fuse_gathers(b)[0], tp.body, containers)
+            tp.body = _pass("pack", lambda b: pack_strided_views(b, containers, cap.namer), tp.body, containers)
+        tp.body = _pass("bounds", lambda b: hoist_view_bounds(b, containers, cap.namer), tp.body, containers)
+        self.tangent_prog = tp
+        if backend == "native":
+            self.src = native_backend.emit_forward(tp)
+            self.func = self.kernel = native_backend.compile_source(self.src, tp.name)
+        else:
+            self.src = numpy_backend.emit_forward(tp)
+            self.func = numpy_backend.compile_source(self.src, tp.name, f"<flowgrad {tp.name}>")
+        self.backward_text = ""
+
     def call_args(self, args, ckpt_values=None):
         """Values for the generated function's parameters (checkpoint parameters last)."""
         # a 0-d array goes in as its element (Numba types it as an array, which an index cannot be)
@@ -195,6 +237,8 @@ class _Compiled:
                 for c, v in zip(self.cap.params, values)}
 
     def ir_text(self):
+        if self.mode in ("jvp", "hvp"):
+            return program_text(self.tangent_prog)
         text = program_text(self.prog)
         if self.mode != "forward":
             fwd = Program(self.prog.name, self.prog.params, self.gp.forward, self.prog.results,

@@ -54,18 +54,20 @@ def _fft_src(i, a):
 
 
 FFT_CALLS = {
-    "fft": rules.CallRule(_fft_src, _vjp_fft, flops=_flops, complex=True,
+    "fft": rules.CallRule(_fft_src, _vjp_fft, jvp=rules.jvp_linear(0), flops=_flops, complex=True,
                           doc="discrete Fourier transform along an axis (ifft with inverse; pocketfft)"),
     "rfft": rules.CallRule(lambda i, a: f"np.fft.rfft({i[0]}, axis={a['axis']}, norm={a['norm']!r})", _vjp_rfft,
+                           jvp=rules.jvp_linear(0),
                            flops=_flops, complex=True, doc="Fourier transform of real values, the n // 2 + 1 "
                                                            "non-negative frequencies"),
     "irfft": rules.CallRule(lambda i, a: f"np.fft.irfft({i[0]}, n={a['n']}, axis={a['axis']}, norm={a['norm']!r})",
-                            _vjp_irfft, flops=_flops, complex=True,
+                            _vjp_irfft, jvp=rules.jvp_linear(0), flops=_flops, complex=True,
                             doc="inverse of rfft: n real values from n // 2 + 1 frequencies"),
     "rfft_vjp": rules.CallRule(lambda i, a: f"_rt.fft.rfft_vjp({i[0]}, {a['n']}, {a['axis']}, {a['norm']!r})",
-                               flops=_flops, complex=True, doc="adjoint of rfft"),
+                               jvp=rules.jvp_linear(0), flops=_flops, complex=True, doc="adjoint of rfft"),
     "irfft_vjp": rules.CallRule(lambda i, a: f"_rt.fft.irfft_vjp({i[0]}, {a['n']}, {a['axis']}, {a['norm']!r})",
-                                flops=_flops, complex=True, doc="adjoint of irfft (JAX's rule)"),
+                                jvp=rules.jvp_linear(0), flops=_flops, complex=True,
+                                doc="adjoint of irfft (JAX's rule)"),
 }
 
 

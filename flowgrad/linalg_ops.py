@@ -100,6 +100,23 @@ def _vjp_solve_triangular(ctx, call, gouts):
     return stmts + ctx.accumulate(a, -_read(tri))
 
 
+def _jvp_solve_triangular(ctx, call, touts):
+    """``op(a) x = b``: ``tx`` solves ``op(a) tx = tb - op(ta') x``, ``ta'`` the triangle of ``ta``
+    the solve reads (without the diagonal for a unit one)."""
+    (a, b), (t,) = call.inputs, touts
+    x = call.outputs[0]
+    lower, trans, unit = call.attrs["lower"], call.attrs["trans"], call.attrs["unit"]
+    ta, rhs = ctx.tangent(a), ctx.tangent(b)
+    stmts = []
+    if ta is not None:
+        tri, m = ctx.temp(a.shape, t.dtype, "ttri"), ctx.temp(x.shape, t.dtype, "ttrm")
+        k = 0 if not unit else (-1 if lower else 1)
+        stmts += [Call("tril" if lower else "triu", [ta], [tri], {"k": k}),
+                  Call("matmul", [_transposed(tri) if trans else _read(tri), _read(x)], [m])]
+        rhs = -_read(m) if rhs is None else rhs - _read(m)
+    return stmts + [Call("solve_triangular", [a, rhs], [t], dict(call.attrs))]
+
+
 # ------------------------------------------------------------- the table
 
 
@@ -138,7 +155,7 @@ LINALG_CALLS = {
         doc="adjoint of lstsq (derivative of the pseudo-inverse, Golub and Pereyra 1973)"),
     "solve_triangular": rules.CallRule(
         lambda i, a: f"_rt.linalg.solve_triangular({i[0]}, {i[1]}, {a['lower']}, {a['trans']}, {a['unit']})",
-        _vjp_solve_triangular,
+        _vjp_solve_triangular, jvp=_jvp_solve_triangular,
         flops=lambda c, size: size(c.inputs[0].shape) * max(1, size(c.inputs[1].shape[1:])),
         doc="triangular solve (LAPACK trtrs; scipy.linalg.solve_triangular)"),
 }

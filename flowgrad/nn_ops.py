@@ -265,6 +265,17 @@ def _no_vjp(ctx, call, gouts):
     return []
 
 
+def _jvp_erf(ctx, call, touts):
+    (x,), (t,) = call.inputs, touts
+    return [Assign(Ref(t), ctx.tangent(x) * (2.0 / math.sqrt(math.pi)) * op("exp", -(x * x)))]
+
+
+def _jvp_activation(ctx, call, touts):
+    (x,), (t,) = call.inputs, touts
+    y = Read(Ref(call.outputs[0]) if call.outputs[0].ndim else Ref(call.outputs[0], ()))
+    return [Assign(Ref(t), ctx.tangent(x) * _ACTIVATION_PARTIAL[call.attrs["fn"]](y))]
+
+
 def _float_src(v):
     return repr(float(v)) if math.isfinite(v) else ("np.inf" if v > 0 else "-np.inf")
 
@@ -275,20 +286,22 @@ def _geom_src(a):
 
 NN_CALLS = {
     "linear": rules.CallRule(
-        lambda i, a: f"np.matmul({i[0]}, {i[1]}.T)", _vjp_linear,
+        lambda i, a: f"np.matmul({i[0]}, {i[1]}.T)", _vjp_linear, jvp=rules.jvp_linear(0, 1),
         flops=lambda c, size: 2 * size(c.outputs[0].shape) * size(c.inputs[1].shape[-1:]),
         doc="x @ w.T (BLAS); the weight's adjoint is computed in the weight's own layout"),
     "conv": rules.CallRule(
         lambda i, a: f"_rt.nn.conv({i[0]}, {i[1]}, {_geom_src(a)}, {a['groups']})", _vjp_conv,
+        jvp=rules.jvp_linear(0, 1),
         flops=lambda c, size: 2 * size(c.outputs[0].shape) * size(c.inputs[1].shape[1:]),
         doc="N-d convolution: im2col + one GEMM per group (BLAS)"),
     "conv_grad_input": rules.CallRule(
         lambda i, a: f"_rt.nn.conv_grad_input({i[0]}, {i[1]}, {tuple(a['xshape'])!r}, {_geom_src(a)}, "
-                     f"{a['groups']})", _vjp_conv_grad_input,
+                     f"{a['groups']})", _vjp_conv_grad_input, jvp=rules.jvp_linear(0, 1),
         doc="adjoint of conv w.r.t. its input (a GEMM per kernel offset); also the transposed convolution"),
     "conv_grad_weight": rules.CallRule(
         lambda i, a: f"_rt.nn.conv_grad_weight({i[0]}, {i[1]}, {tuple(a['wshape'])!r}, {_geom_src(a)}, "
-                     f"{a['groups']})", doc="adjoint of conv w.r.t. its weight (im2col + GEMM)"),
+                     f"{a['groups']})", jvp=rules.jvp_linear(0, 1),
+        doc="adjoint of conv w.r.t. its weight (im2col + GEMM)"),
     "pool": rules.CallRule(
         lambda i, a: f"_rt.nn.pool({i[0]}, {a['mode']!r}, {tuple(a['kernel'])!r}, {_geom_src(a)})", _vjp_pool,
         doc="max or sum over sliding windows (max / average pooling)"),
@@ -302,13 +315,13 @@ NN_CALLS = {
     "max_first_grad": rules.CallRule(
         lambda i, a: f"_rt.nn.max_first_grad({i[0]}, {i[1]}, {a['axis']})", doc="adjoint of max_first"),
     "max_const": rules.CallRule(
-        lambda i, a: f"np.max({i[0]}, axis={a['axis']!r}, keepdims={a['keepdims']!r})", _no_vjp,
+        lambda i, a: f"np.max({i[0]}, axis={a['axis']!r}, keepdims={a['keepdims']!r})", _no_vjp, jvp=rules.jvp_zero,
         doc="maximum treated as a constant (the shift of a stable softmax, exact there)"),
     "activation": rules.CallRule(
-        lambda i, a: _ACTIVATION_NUMPY[a["fn"]].format(i[0]), _vjp_activation,
+        lambda i, a: _ACTIVATION_NUMPY[a["fn"]].format(i[0]), _vjp_activation, jvp=_jvp_activation,
         doc="relu / tanh / sigmoid / exp whose adjoint reads the saved output (nothing recomputed)"),
-    "erf": rules.CallRule(lambda i, a: f"_rt.nn.erf({i[0]})", _vjp_erf, doc="error function (GELU)"),
-    "stop_gradient": rules.CallRule(lambda i, a: f"np.array({i[0]})", _no_vjp,
+    "erf": rules.CallRule(lambda i, a: f"_rt.nn.erf({i[0]})", _vjp_erf, jvp=_jvp_erf, doc="error function (GELU)"),
+    "stop_gradient": rules.CallRule(lambda i, a: f"np.array({i[0]})", _no_vjp, jvp=rules.jvp_zero,
                                     doc="copy whose derivative is zero (detach)"),
 }
 

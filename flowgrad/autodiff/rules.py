@@ -2,7 +2,8 @@
 
 Elementwise primitives give their partial derivatives as IR expressions; tangent and adjoint
 code both follow from them. Non-elementwise ``Call`` operations give their forward semantics
-(a NumPy expression for the reference backend), their cost and their adjoint (vjp).
+(a NumPy expression for the reference backend), their cost, their adjoint (vjp) and their
+tangent (jvp).
 ``coverage()`` lists what the table knows.
 """
 from __future__ import annotations
@@ -115,17 +116,20 @@ ELEMENTWISE_FLOPS = {n: (8 if ELEMENTWISE[n][1] in ("float", "real_float") and n
 
 
 class CallRule:
-    """A Call op: NumPy forward semantics, cost in FLOPs, and its adjoint.
+    """A Call op: NumPy forward semantics, cost in FLOPs, its adjoint and its tangent.
 
     numpy(ins, attrs) -> source of a NumPy expression producing a fresh array (or tuple).
     vjp(ctx, call, gouts) -> statements accumulating into the inputs' adjoints.
+    jvp(ctx, call, touts) -> statements writing the outputs' tangents ``touts`` (None: an output
+    without one) from ``ctx.tangent(input)`` (None: an input without one); see ``autodiff.forward``.
     inplace: outputs[0] is also read and updated (not overwritten wholesale).
     complex: it takes complex operands (on both backends, its vjp in JAX's convention); a call of
     another op on complex values is refused (``passes.complex_calls``).
     """
 
-    def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False):
+    def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False, jvp=None):
         self.numpy, self.vjp, self.inplace, self.doc, self.complex = numpy, vjp, inplace, doc, complex
+        self.jvp = jvp
         self.flops = flops or (lambda call, size: size(call.outputs[0].shape))
 
 
@@ -151,11 +155,11 @@ def _vjp_sum(ctx, call, gouts):
     return ctx.accumulate(x, _expand(g, len(x.shape), axes, keep))
 
 
-def _vjp_prod(ctx, call, gouts):
-    """The partial of a product by one factor is the product of the others: of the non-zero
-    factors ``p`` over it when no factor is zero, ``p`` for the one zero factor when there is
-    exactly one, else zero (``prod / x`` would be 0 / 0 at a zero)."""
-    (x,), (g,) = call.inputs, gouts
+def _prod_others(ctx, call):
+    """(statements, expression): the partial of a product by each factor, the product of the
+    others: of the non-zero factors ``p`` over it when no factor is zero, ``p`` for the one zero
+    factor when there is exactly one, else zero (``prod / x`` would be 0 / 0 at a zero)."""
+    (x,) = call.inputs
     axes, keep = call.attrs["axis"], call.attrs["keepdims"]
     axes = tuple(range(len(x.shape))) if axes is None else axes
     zero = op("equal", x, 0.0)
@@ -165,8 +169,15 @@ def _vjp_prod(ctx, call, gouts):
     stmts = [Call("prod", [nonzero], [p], dict(call.attrs)),
              Call("sum", [op("float64", zero)], [zeros], dict(call.attrs))]
     p, zeros = _expand(p, len(x.shape), axes, keep), _expand(zeros, len(x.shape), axes, keep)
-    others = op("where", zero, op("where", op("equal", zeros, 1.0), p, 0.0),
-                op("where", op("equal", zeros, 0.0), p / nonzero, 0.0))
+    return stmts, op("where", zero, op("where", op("equal", zeros, 1.0), p, 0.0),
+                     op("where", op("equal", zeros, 0.0), p / nonzero, 0.0))
+
+
+def _vjp_prod(ctx, call, gouts):
+    (x,), (g,) = call.inputs, gouts
+    axes, keep = call.attrs["axis"], call.attrs["keepdims"]
+    axes = tuple(range(len(x.shape))) if axes is None else axes
+    stmts, others = _prod_others(ctx, call)
     return stmts + ctx.accumulate(x, _expand(g, len(x.shape), axes, keep) * others)
 
 
@@ -389,6 +400,161 @@ def _vjp_sum_to(ctx, call, gouts):
     return ctx.accumulate(x, Read(Ref(g)), call.attrs["full"])
 
 
+# ------------------------------------------------------------- tangents of non-elementwise operations
+# ``jvp(ctx, call, touts)``: statements writing the tangents of the call's outputs (see CallRule).
+
+
+def jvp_linear(*positions):
+    """The tangent of a call linear in each input at ``positions`` (multilinear: a product's
+    tangent is one call per factor with its tangent in place, summed); other inputs (indices,
+    masks) are passed as they are."""
+    def jvp(ctx, call, touts):
+        terms = []
+        for k in positions:
+            t = ctx.tangent(call.inputs[k]) if k < len(call.inputs) else None
+            if t is not None:
+                ins = list(call.inputs)
+                ins[k] = t
+                terms.append(ins)
+        return _sum_of_calls(ctx, call.op, terms, touts[0], call.attrs)
+    return jvp
+
+
+def _sum_of_calls(ctx, opname, terms, out, attrs):
+    """``out = opname(*terms[0]) + opname(*terms[1]) + ...`` (zero for no terms)."""
+    if not terms:
+        return [Assign(Ref(out), Const(0.0))]
+    stmts = [Call(opname, terms[0], [out], dict(attrs))]
+    for ins in terms[1:]:
+        t = ctx.temp(out.shape, out.dtype, "t" + opname[:4])
+        stmts += [Call(opname, ins, [t], dict(attrs)), Assign(Ref(out), Read(Ref(t)), accumulate=True)]
+    return stmts
+
+
+def jvp_zero(ctx, call, touts):
+    """A derivative zero everywhere (a detached copy, a constant shift)."""
+    return [Assign(Ref(t), Const(0.0)) for t in touts if t is not None]
+
+
+def _jvp_prod(ctx, call, touts):
+    stmts, others = _prod_others(ctx, call)
+    return stmts + [Call("sum", [others * ctx.tangent(call.inputs[0])], [touts[0]], dict(call.attrs))]
+
+
+def _jvp_extreme(ctx, call, touts):
+    """max/min: the mean of the tangents at the positions attaining the extreme (the adjoint
+    shares among them equally too)."""
+    (x,), (t,) = call.inputs, touts
+    axes, keep = call.attrs["axis"], call.attrs["keepdims"]
+    axes = tuple(range(len(x.shape))) if axes is None else axes
+    hit = op("float64", op("equal", x, _expand(call.outputs[0], len(x.shape), axes, keep)))
+    count = ctx.temp(call.outputs[0].shape, np.float64, "count")
+    attrs = {"axis": call.attrs["axis"], "keepdims": keep}
+    return [Call("sum", [hit], [count], attrs), Call("sum", [hit * ctx.tangent(x)], [t], attrs),
+            Assign(Ref(t), Read(Ref(t)) / Read(Ref(count)))]
+
+
+def _jvp_solve(ctx, call, touts):
+    """``x = solve(a, b)``: ``tx = solve(a, tb - ta @ x)``."""
+    (a, b), (t,) = call.inputs, touts
+    x = call.outputs[0]
+    ta, rhs = ctx.tangent(a), ctx.tangent(b)
+    stmts = []
+    if ta is not None:
+        m = ctx.temp(x.shape, t.dtype, "tsolve")
+        stmts.append(Call("matmul", [ta, Read(Ref(x))], [m]))
+        rhs = -Read(Ref(m)) if rhs is None else rhs - Read(Ref(m))
+    return stmts + [Call("solve", [a, rhs], [t])]
+
+
+def _trace_solve(ctx, a, ta, out):
+    """Statements ``out = trace(solve(a, ta))`` over the last two axes."""
+    s = ctx.temp(a.shape, np.result_type(a.dtype, ta.dtype), "tinv")
+    make, eye = _identity(ctx, a)
+    n = len(a.shape)
+    return [make, Call("solve", [a, ta], [s]),
+            Call("sum", [Read(Ref(s)) * eye], [out], {"axis": (n - 2, n - 1), "keepdims": False})]
+
+
+def _jvp_det(ctx, call, touts):
+    """``d = det(a)``: ``td = d trace(a^-1 ta)``."""
+    (a,), (t,) = call.inputs, touts
+    d = call.outputs[0]
+    return _trace_solve(ctx, a, ctx.tangent(a), t) + [Assign(Ref(t), Read(Ref(t)) * Read(Ref(d)))]
+
+
+def _jvp_slogdet(ctx, call, touts):
+    """log |det a| has tangent ``trace(a^-1 ta)``; the sign is piecewise constant."""
+    (a,), (tsign, tlog) = call.inputs, touts
+    stmts = [] if tsign is None else [Assign(Ref(tsign), Const(0.0))]
+    return stmts + ([] if tlog is None else _trace_solve(ctx, a, ctx.tangent(a), tlog))
+
+
+def _jvp_cholesky(ctx, call, touts):
+    """``L = cholesky(a)`` (a's lower triangle read, standing for both): with ``ta`` symmetrised
+    from its lower triangle, ``tL = L Phi(L^-1 ta L^-T)``, ``Phi`` the lower triangle with the
+    diagonal halved (Murray, 2016)."""
+    (a,), (t,) = call.inputs, touts
+    lt = Read(Ref(call.outputs[0]))
+    shape, dt = call.outputs[0].shape, call.outputs[0].dtype
+    make, eye = _identity(ctx, a)
+    low, strict, sym, x, y, ylow, p = (ctx.temp(shape, dt, h) for h in
+                                       ("tchl", "tchs", "tcha", "tchx", "tchy", "tchw", "tchp"))
+    ta = ctx.tangent(a)
+    return [make, Call("tril", [ta], [low], {"k": 0}), Call("tril", [ta], [strict], {"k": -1}),
+            Assign(Ref(sym), Read(Ref(low)) + _swap_last(Read(Ref(strict)))),
+            Call("solve", [lt, Read(Ref(sym))], [x]),
+            Call("solve", [lt, _swap_last(Read(Ref(x)))], [y]),
+            Call("tril", [Read(Ref(y))], [ylow], {"k": 0}),
+            Assign(Ref(p), Read(Ref(ylow)) - 0.5 * Read(Ref(y)) * eye),
+            Call("matmul", [lt, Read(Ref(p))], [t])]
+
+
+def _jvp_multilinear(ctx, call, touts):
+    """A call linear in each of its inputs (einsum)."""
+    return jvp_linear(*range(len(call.inputs)))(ctx, call, touts)
+
+
+def _jvp_einsum_vjp(ctx, call, touts):
+    """``einsum_vjp(g, *operands)`` for operand ``k`` is linear in ``g`` and in every operand
+    but the ``k``-th (which gives only its shape)."""
+    k = call.attrs["k"]
+    positions = [0] + [1 + j for j in range(len(call.inputs) - 1) if j != k]
+    return jvp_linear(*positions)(ctx, call, touts)
+
+
+def _jvp_add_at(ctx, call, touts):
+    v, *idx = call.inputs
+    tv = ctx.tangent(v)
+    return [] if tv is None else [Call("add_at", [tv] + idx, [touts[0]], dict(call.attrs))]
+
+
+def _jvp_scatter(ctx, call, touts):
+    v, *idx = call.inputs
+    tv = ctx.tangent(v)
+    return [Call("scatter", [Const(0.0) if tv is None else tv] + idx, [touts[0]], dict(call.attrs))]
+
+
+def _jvp_mask_scatter(ctx, call, touts):
+    v, m = call.inputs
+    tv = ctx.tangent(v)
+    return [Call("mask_scatter", [Const(0.0) if tv is None else tv, m], [touts[0]])]
+
+
+def _jvp_mask_add(ctx, call, touts):
+    v, m = call.inputs
+    tv = ctx.tangent(v)
+    return [] if tv is None else [Call("mask_add", [tv, m], [touts[0]])]
+
+
+def _jvp_bincount(ctx, call, touts):
+    x, *weights = call.inputs
+    tw = ctx.tangent(weights[0]) if weights else None
+    if tw is None:
+        return [Assign(Ref(touts[0]), Const(0.0))]
+    return [Call("bincount", [x, tw], [touts[0]], dict(call.attrs))]
+
+
 def _red(name):
     def numpy(ins, attrs):
         return f"np.{name}({ins[0]}, axis={attrs['axis']!r}, keepdims={attrs['keepdims']!r})"
@@ -413,16 +579,16 @@ def _gather_index(ins, attrs):
 
 
 CALLS = {
-    "sum": CallRule(_red("sum"), _vjp_sum, complex=True, doc="sum over axes"),
-    "prod": CallRule(_red("prod"), _vjp_prod, complex=True, doc="product over axes"),
+    "sum": CallRule(_red("sum"), _vjp_sum, jvp=jvp_linear(0), complex=True, doc="sum over axes"),
+    "prod": CallRule(_red("prod"), _vjp_prod, jvp=_jvp_prod, complex=True, doc="product over axes"),
     "check_index": CallRule(lambda i, a: f"_rt.check_index({', '.join(i)})", flops=lambda call, size: 0,
                             doc="raises IndexError unless each (first, last, n) triple of its inputs has "
                                 "first and last within -n .. n - 1 (an index checked ahead of its loop)"),
     "check_sizes": CallRule(lambda i, a: f"_rt.check_sizes({a['message']!r}, {', '.join(i)})",
                             flops=lambda call, size: 0,
                             doc="raises ValueError unless its inputs are pairwise equal (passes.checks)"),
-    "max": CallRule(_red("max"), _vjp_extreme, doc="maximum over axes"),
-    "min": CallRule(_red("min"), _vjp_extreme, doc="minimum over axes"),
+    "max": CallRule(_red("max"), _vjp_extreme, jvp=_jvp_extreme, doc="maximum over axes"),
+    "min": CallRule(_red("min"), _vjp_extreme, jvp=_jvp_extreme, doc="minimum over axes"),
     "argmax": CallRule(lambda i, a: f"np.argmax({i[0]}, axis={a['axis']!r})", doc="index of maximum"),
     "argmin": CallRule(lambda i, a: f"np.argmin({i[0]}, axis={a['axis']!r})", doc="index of minimum"),
     "argsort": CallRule(lambda i, a: f"np.argsort({i[0]}, axis=-1, kind='stable')",
@@ -431,25 +597,25 @@ CALLS = {
     "searchsorted": CallRule(lambda i, a: f"np.searchsorted({i[0]}, {i[1]}, side={a['side']!r})",
                              flops=lambda call, size: 20 * size(call.outputs[0].shape),
                              doc="insertion positions of values into a sorted vector"),
-    "matmul": CallRule(lambda i, a: f"np.matmul({i[0]}, {i[1]})", _vjp_matmul,
+    "matmul": CallRule(lambda i, a: f"np.matmul({i[0]}, {i[1]})", _vjp_matmul, jvp=jvp_linear(0, 1),
                        # a vector on the right (``A @ x``, ``u @ v``) makes no output column
                        flops=lambda c, size: 2 * size(c.inputs[0].shape) *
                        (size(c.inputs[1].shape[-1:]) if len(c.inputs[1].shape) > 1 else 1),
                        complex=True, doc="matrix product (BLAS)"),
-    "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})",
+    "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})", jvp=jvp_linear(0, 1),
                                flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
                                complex=True,
                                doc="sum over leading axes of a[..., :, :].T @ g[..., :, :] (one GEMM)"),
-    "solve": CallRule(lambda i, a: f"np.linalg.solve({i[0]}, {i[1]})", _vjp_solve,
+    "solve": CallRule(lambda i, a: f"np.linalg.solve({i[0]}, {i[1]})", _vjp_solve, jvp=_jvp_solve,
                       flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]),
                       complex=True, doc="linear solve (LAPACK)"),
-    "det": CallRule(lambda i, a: f"np.linalg.det({i[0]})", _vjp_det,
+    "det": CallRule(lambda i, a: f"np.linalg.det({i[0]})", _vjp_det, jvp=_jvp_det,
                     flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                     doc="determinant (LU, LAPACK)"),
-    "slogdet": CallRule(lambda i, a: f"tuple(np.linalg.slogdet({i[0]}))", _vjp_slogdet,
+    "slogdet": CallRule(lambda i, a: f"tuple(np.linalg.slogdet({i[0]}))", _vjp_slogdet, jvp=_jvp_slogdet,
                         flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                         doc="sign and log |determinant| (LU, LAPACK)"),
-    "cholesky": CallRule(lambda i, a: f"np.linalg.cholesky({i[0]})", _vjp_cholesky,
+    "cholesky": CallRule(lambda i, a: f"np.linalg.cholesky({i[0]})", _vjp_cholesky, jvp=_jvp_cholesky,
                          flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                          doc="lower Cholesky factor (LAPACK; reads the lower triangle)"),
     "lu_factor": CallRule(lambda i, a: f"_rt.lu_factor({i[0]})",
@@ -463,33 +629,38 @@ CALLS = {
                          doc="solve with a kept LU factorisation (two triangular solves); ``trans``: with the "
                              "factorised matrix's transpose"),
     "reshape": CallRule(lambda i, a: f"np.reshape({i[0]}, {_tuple_src(a['shape'])}).copy()", _vjp_reshape,
+                        jvp=jvp_linear(0),
                         complex=True, doc="reshape (copy)"),
-    "cumsum": CallRule(lambda i, a: f"np.cumsum({i[0]}, axis={a['axis']!r})", _vjp_cumsum,
+    "cumsum": CallRule(lambda i, a: f"np.cumsum({i[0]}, axis={a['axis']!r})", _vjp_cumsum, jvp=jvp_linear(0),
                        complex=True, doc="cumulative sum"),
-    "triu": CallRule(lambda i, a: f"np.triu({i[0]}, {a['k']})", _vjp_tri, complex=True, doc="upper triangle"),
-    "tril": CallRule(lambda i, a: f"np.tril({i[0]}, {a['k']})", _vjp_tri, complex=True, doc="lower triangle"),
+    "triu": CallRule(lambda i, a: f"np.triu({i[0]}, {a['k']})", _vjp_tri, jvp=jvp_linear(0), complex=True,
+                     doc="upper triangle"),
+    "tril": CallRule(lambda i, a: f"np.tril({i[0]}, {a['k']})", _vjp_tri, jvp=jvp_linear(0), complex=True,
+                     doc="lower triangle"),
     "einsum": CallRule(lambda i, a: f"np.einsum({a['subscripts']!r}, {', '.join(i)}, optimize=True)",
-                       _vjp_einsum, complex=True, doc="Einstein summation"),
+                       _vjp_einsum, jvp=_jvp_multilinear, complex=True, doc="Einstein summation"),
     "einsum_vjp": CallRule(lambda i, a: f"_rt.einsum_vjp({a['subscripts']!r}, {a['k']}, {', '.join(i)})",
-                           complex=True, doc="adjoint of one einsum operand"),
+                           jvp=_jvp_einsum_vjp, complex=True, doc="adjoint of one einsum operand"),
     "eye": CallRule(lambda i, a: f"np.eye({a['n']}, {a['m']}, {a['k']})", complex=True, doc="identity"),
     "arange": CallRule(lambda i, a: f"np.arange({', '.join(i)})", doc="integer range"),
-    "gather": CallRule(lambda i, a: f"np.array({i[0]}[{_gather_index(i[1:], a)}])", _vjp_gather,
+    "gather": CallRule(lambda i, a: f"np.array({i[0]}[{_gather_index(i[1:], a)}])", _vjp_gather, jvp=jvp_linear(0),
                        complex=True, doc="integer-array indexing x[idx]"),
-    "gather_last": CallRule(lambda i, a: f"_rt.gather_last({i[0]}, {_gather_index(i[1:], a)})",
+    "gather_last": CallRule(lambda i, a: f"_rt.gather_last({i[0]}, {_gather_index(i[1:], a)})", jvp=jvp_linear(0),
                             complex=True, doc="gather where only the last duplicate index receives a value"),
     "add_at": CallRule(lambda i, a: f"np.add.at({{out}}, {_gather_index(i[1:], a)}, {i[0]})",
-                       _vjp_add_at, inplace=True, complex=True, doc="np.add.at(y, idx, v): accumulate at indices"),
-    "scatter": CallRule(lambda i, a: f"{{out}}[{_gather_index(i[1:], a)}] = {i[0]}", _vjp_scatter,
+                       _vjp_add_at, jvp=_jvp_add_at, inplace=True, complex=True,
+                       doc="np.add.at(y, idx, v): accumulate at indices"),
+    "scatter": CallRule(lambda i, a: f"{{out}}[{_gather_index(i[1:], a)}] = {i[0]}", _vjp_scatter, jvp=_jvp_scatter,
                         inplace=True, complex=True, doc="y[idx] = v with integer arrays (last write wins)"),
-    "mask_gather": CallRule(lambda i, a: f"{i[0]}[{i[1]}]", _vjp_mask_gather,
+    "mask_gather": CallRule(lambda i, a: f"{i[0]}[{i[1]}]", _vjp_mask_gather, jvp=jvp_linear(0),
                             complex=True, doc="boolean-mask read x[m]"),
-    "mask_scatter": CallRule(lambda i, a: f"{{out}}[{i[1]}] = {i[0]}", _vjp_mask_scatter, inplace=True,
+    "mask_scatter": CallRule(lambda i, a: f"{{out}}[{i[1]}] = {i[0]}", _vjp_mask_scatter,
+                             jvp=_jvp_mask_scatter, inplace=True,
                              complex=True, doc="boolean-mask write y[m] = v"),
-    "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", inplace=True,
+    "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", jvp=_jvp_mask_add, inplace=True,
                          complex=True, doc="boolean-mask accumulate y[m] += v"),
     "bincount": CallRule(lambda i, a: f"np.bincount({i[0]}, {i[1] if len(i) > 1 else None}, minlength={a['length']})",
-                         _vjp_bincount, flops=lambda call, size: size(call.inputs[0].shape),
+                         _vjp_bincount, jvp=_jvp_bincount, flops=lambda call, size: size(call.inputs[0].shape),
                          doc="np.bincount(x, weights): the number (total weight) of each value of x; the "
                              "output's length (at least max(x) + 1) is an attribute"),
     "trip_count": CallRule(lambda i, a: f"len(range({i[0]}, {i[1]}, {i[2]}))", doc="iterations of a range"),
@@ -499,7 +670,7 @@ CALLS = {
                               doc="the action rows of a loop checkpoint schedule, their count, and the rows "
                                   "and iterations the forward sweep runs"),
     "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])}, {_tuple_src(a['full'])})",
-                       _vjp_sum_to,
+                       _vjp_sum_to, jvp=jvp_linear(0),
                        complex=True, doc="sum a broadcast adjoint back to an operand's shape"),
 }
 
@@ -508,15 +679,19 @@ INPLACE_CALLS.update(name for name, rule in CALLS.items() if rule.inplace)
 
 
 def coverage() -> str:
-    """A readable list of every primitive the rule table covers."""
-    lines = ["elementwise (partials):"]
+    """A readable list of every primitive the rule table covers: for each elementwise primitive
+    whether it has partials (which give both its tangent and its adjoint), for each call whether
+    it has an adjoint (vjp) and a tangent (jvp)."""
+    lines = ["elementwise (partials: tangent and adjoint):"]
     for name in sorted(ELEMENTWISE):
         kind = "partials" if name in PARTIALS else ("zero" if name in ZERO_DERIVATIVE else "MISSING")
         lines.append(f"  {name:14s} {kind}")
-    lines.append("calls (adjoint):")
+    lines.append("calls (adjoint, tangent):")
     for name, rule in sorted(CALLS.items()):
-        lines.append(f"  {name:14s} {'vjp' if rule.vjp else 'no adjoint (integer/internal)'}  {rule.doc}")
+        vjp = "vjp" if rule.vjp else "no adjoint"
+        jvp = "jvp" if rule.jvp else "no tangent"
+        lines.append(f"  {name:18s} {vjp:10s} {jvp:10s}  {rule.doc}")
     return "\n".join(lines)
 
 
-__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "CALLS", "CallRule", "coverage"]
+__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "CALLS", "CallRule", "coverage", "jvp_linear", "jvp_zero"]

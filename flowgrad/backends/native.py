@@ -1141,16 +1141,23 @@ def _finish(low, name, entry, returns):
 
 
 def emit_forward(prog) -> str:
-    """``<name>(*params, _ws, _out) -> (result, workspace)``."""
+    """``<name>(*params, _ws, _out) -> (result, workspace)``; a program with several results (a
+    tangent program: the value and its tangent) gives ``(first, (others...), workspace)``, a
+    scalar among the others as an array of one element."""
     low = Lowering(prog.containers, prog.body)
     names = ", ".join(p.name for p in prog.params)
     low.line("@_jit", 0)
     low.line(f"def {prog.name}({names}{', ' if names else ''}_ws, _out):", 0)
-    _prologue(low, prog, [c for c in prog.containers.values()], [], 1, prog.body,
-              {prog.results[0]: 0})
+    tapes = [c for c in prog.containers.values() if c.kind == "tape"]
+    _prologue(low, prog, [c for c in prog.containers.values()], tapes, 1, prog.body,
+              {c: k for k, c in enumerate(prog.results)})
     entry = len(low.lines)
     low.block(prog.body, 1)
-    return _finish(low, prog.name, entry, prog.results[0].name)
+    returns = prog.results[0].name
+    if len(prog.results) > 1:
+        rest = [c.name if c.ndim else f"np.full((1,), {c.name})" for c in prog.results[1:]]
+        returns += f", ({''.join(r + ', ' for r in rest)})"
+    return _finish(low, prog.name, entry, returns)
 
 
 def emit_grad(prog, gp, wrt) -> str:

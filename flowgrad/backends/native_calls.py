@@ -531,12 +531,23 @@ def _opt(low, e):
     return "None" if e is None else low.src(e)
 
 
+def _indexable(low, e, ind):
+    """A name to index the array ``e`` reads by its own positions: the container's, or a view
+    of it (passes may hand a gather a view where the frontend gave it a whole array)."""
+    if e.ref.is_whole():
+        return e.ref.container.name
+    name = low.fresh("src")
+    low.line(f"{name} = {low.view_src(e.ref)}", ind)
+    return name
+
+
 def _lower_gather(low, s, ind):
     x, *arrays = s.inputs
     c = _out(low, s, ind)
+    src = _indexable(low, x, ind)
     names, src_idx, inner = _advanced(low, s, x.shape, arrays, ind)
     target = f"{c.name}[{', '.join(names)}]" if c.ndim else c.name
-    low.line(f"{target} = {x.ref.container.name}[{', '.join(src_idx)}]", inner)
+    low.line(f"{target} = {src}[{', '.join(src_idx)}]", inner)
 
 
 def _apart_from(low, v, y, ind):
@@ -565,6 +576,7 @@ def _lower_add_at(low, s, ind):
 def _lower_gather_last(low, s, ind):
     g, *arrays = s.inputs
     c = _out(low, s, ind)
+    src = _indexable(low, g, ind)
     y_shape = g.shape
     probe = low.fresh("probe")
     count = low.fresh("n")
@@ -576,7 +588,7 @@ def _lower_gather_last(low, s, ind):
     low.line(f"{count} = 0", ind)
     names, src_idx, inner = _advanced(low, s, y_shape, arrays, ind)
     target = f"{c.name}[{', '.join(names)}]" if c.ndim else c.name
-    low.line(f"{target} = {g.ref.container.name}[{', '.join(src_idx)}] if {probe}[{', '.join(src_idx)}] == "
+    low.line(f"{target} = {src}[{', '.join(src_idx)}] if {probe}[{', '.join(src_idx)}] == "
              f"{count} else 0.0", inner)
     low.line(f"{count} += 1", inner)
 

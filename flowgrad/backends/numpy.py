@@ -265,7 +265,8 @@ HEADER = ("import numpy as np\nfrom flowgrad.backends import runtime as _rt\n"
 
 
 def emit_forward(prog) -> str:
-    """Source of ``def <name>(*params)`` returning the program's result."""
+    """Source of ``def <name>(*params)`` returning the program's result; a program with several
+    results (a tangent program: the value and its tangent) returns ``(first, (others...))``."""
     e = Emitter()
     names = ", ".join(p.name for p in prog.params)
     e.line(f"def {prog.name}({names}):", 0)
@@ -274,7 +275,8 @@ def emit_forward(prog) -> str:
     for ln in _init_lines([c for c in prog.containers.values() if c.kind != "arg"], prog.params):
         e.line(ln, 1)
     e.block(prog.body, 1)
-    e.line(f"return {prog.results[0].name}", 1)
+    first, rest = prog.results[0].name, [c.name for c in prog.results[1:]]
+    e.line(f"return {first}" + (f", ({''.join(r + ', ' for r in rest)})" if rest else ""), 1)
     return e.source()
 
 

@@ -384,26 +384,33 @@ def setitem(fe, base, index, value, loc):
         if v.shape == ():
             fe.emit(Assign(base.ref, op("where", m, v, base), loc=loc))
             return
-        if not base.ref.is_whole():
-            raise unsupported(loc, "mask assignment of an array through a view", "assign on the base array")
         if not isinstance(v, Read):
             v = fe.materialize(v, "v", loc)
-        fe.emit(Call("mask_scatter", [v, m], [base.ref.container], loc=loc))
+        through_view(fe, base, loc, lambda whole: Call("mask_scatter", [v, m], [whole], loc=loc))
         return
     if any(_is_array_index(i) for i in idx):
-        if not base.ref.is_whole():
-            raise unsupported(loc, "integer-array assignment through a view",
-                              "assign on the base array with a full index")
         spec, inputs, shape = _gather_spec(fe, base, idx, loc)
         v = fe.to_expr(value, loc)
         check_value_dtype(v, base.ref.container, loc)
         _check_value_shape(v.shape, shape, loc)
         if not isinstance(v, (Read, Const)):
             v = fe.materialize(v, "v", loc)
-        fe.emit(Call("scatter", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape},
-                     loc=loc))
+        through_view(fe, base, loc, lambda whole: Call("scatter", [v] + inputs, [whole],
+                                                       {"spec": spec, "value_shape": shape}, loc=loc))
         return
     fe.write_ref(view(base.ref, index, loc, _facts(fe)), value, loc)
+
+
+def through_view(fe, base, loc, make_call):
+    """Emit the scatter-style Call ``make_call(container)`` (it writes some elements of a whole
+    container) on the array ``base`` reads: on a view, the Call writes a copy of the view, which
+    is then written back, so the elements it does not pick keep their values as in NumPy."""
+    if base.ref.is_whole():
+        fe.emit(make_call(base.ref.container))
+        return
+    copy = fe.materialize(base, "view", loc)
+    fe.emit(make_call(copy.ref.container))
+    fe.write_ref(base.ref, copy, loc)
 
 
 def _check_value_shape(value, into, loc):

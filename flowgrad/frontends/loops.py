@@ -319,6 +319,29 @@ class LoopStatements:
                           "(a scalar stays a scalar: start from np.zeros(shape) to accumulate arrays), "
                           "and a whole array rather than a view")
 
+    def pass_stand_ins(self, carried, loc):
+        """After a loop whose names take turns holding each other's arrays (``u, v = v, u``), a
+        name may hold the values of one that stood for another array's memory on entry: its
+        storage stands for that memory too, so writing it and then reading that array is refused
+        as for the name it came from (``check_writable``)."""
+        stand_ins = self.stand_ins
+        reached = {v0.ref.container for _, v0, _ in carried if v0.ref.container in stand_ins}
+        grew = True
+        while grew:
+            grew = False
+            for name, v0, e1 in carried:
+                c = v0.ref.container
+                src = next((r.ref.container for r in _reads(e1) if r.ref.container in reached), None)
+                if c in reached or src is None:
+                    continue
+                label = name if isinstance(name, str) else name[0]
+                indexing.stand_in(self, c, src, f"{label!r}, which a loop gives the values of a name "
+                                  "sharing another array's memory", loc,
+                                  f"give the names the loop passes between their own arrays before it "
+                                  f"({label} = np.copy(...))")
+                reached.add(c)
+                grew = True
+
     def reconcile(self, frame, env0, owned0, log, stmts, loc, loop=None):
         """Copy loop-carried rebinds back to their entry containers; returns names needing storage."""
         carried, trees = [], {}
@@ -383,6 +406,8 @@ class LoopStatements:
                                    "another array's memory on entry (NumPy's writes reach that array on some "
                                    "passes)", f"give {shared[0]!r} its own array before the loop "
                                               f"({shared[0]} = np.copy(...))")
+        if shared:
+            self.pass_stand_ins(carried, loc)
         # other names still viewing a destination would see it overwritten: give them a copy
         for name, v in list(frame.env.items()):
             if name in carried_names or not isinstance(v, Read):

@@ -359,8 +359,8 @@ def _array(fe, loc, obj, dtype=None, copy=True, order="K", ndmin=0):
 
 
 def _asarray(fe, loc, obj, dtype=None, order=None):
-    if isinstance(obj, Expr) and dtype is None:
-        return obj
+    if isinstance(obj, Expr) and (dtype is None or _dtype_arg(dtype) == obj.dtype):
+        return obj                  # NumPy returns the array itself
     return _array(fe, loc, obj, dtype)
 
 
@@ -372,7 +372,10 @@ def _astype(fe, loc, x, dtype, copy=True):
     if name is None:
         raise unsupported(loc, f"conversion to {dt}", "use float64, float32, complex128, complex64, int64, int32 "
                           "or bool")
-    return op(name, fe.to_expr(x, loc))
+    e = fe.to_expr(x, loc)
+    if not copy and e.dtype == dt:
+        return e                    # astype(..., copy=False) of the same dtype is the array itself
+    return op(name, e)
 
 
 def _transpose(fe, loc, a, axes=None):
@@ -516,8 +519,8 @@ def _clip(fe, loc, a, a_min=None, a_max=None, **kw):
 
 def _add_at(fe, loc, a, indices, b):
     base = fe.to_expr(a, loc)
-    if not isinstance(base, Read) or not base.ref.is_whole():
-        raise unsupported(loc, "np.add.at on a view", "apply it to the base array")
+    if not isinstance(base, Read) or not base.ref.container.ndim:
+        raise unsupported(loc, "np.add.at on a computed value", "apply it to a named array")
     idx = indices if isinstance(indices, tuple) else (indices,)
     indexing.check_writable(fe, base.ref.container, loc)
     spec, inputs, shape = indexing._gather_spec(fe, base, idx, loc)
@@ -530,7 +533,8 @@ def _add_at(fe, loc, a, indices, b):
         c = fe.container("v", v.dtype, shape)
         fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), v, loc=loc))
         v = Read(Ref(c) if c.ndim else Ref(c, ()))
-    fe.emit(Call("add_at", [v] + inputs, [base.ref.container], {"spec": spec, "value_shape": shape}, loc=loc))
+    indexing.through_view(fe, base, loc, lambda whole: Call("add_at", [v] + inputs, [whole],
+                                                           {"spec": spec, "value_shape": shape}, loc=loc))
     return None
 
 

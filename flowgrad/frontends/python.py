@@ -793,8 +793,8 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
             return op("logical_not", t) if isinstance(t, Expr) else (not t)
         if isinstance(node.op, ast.USub):
             return -v if not isinstance(v, Expr) else op("negative", v)
-        if isinstance(node.op, ast.UAdd):
-            return v
+        if isinstance(node.op, ast.UAdd):      # +x of an array is a new array
+            return self.materialize(v, "positive", frame.loc(node)) if isinstance(v, Read) and v.shape else v
         if not isinstance(v, Expr):
             return ~v
         if v.dtype != BOOL:

@@ -399,7 +399,9 @@ def op(name, *args, dtype=None) -> Expr:
     else:
         dt = result_dtype(args, kind)
     folded = _fold(name, args, dt)
-    if folded is not None:
+    # an operation on arrays makes a new array: folded to a bare read (x + 0, maximum(x, x),
+    # a cast to x's own dtype) it would alias x where it is bound to a name
+    if folded is not None and not (isinstance(folded, Read) and folded.shape):
         return folded
     return Op(name, args, dt, broadcast_shapes(*(a.shape for a in args)))
 

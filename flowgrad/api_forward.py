@@ -1,0 +1,273 @@
+"""Public API of forward mode: ``jvp``, ``jacfwd``, ``hvp`` and ``hessian`` (JAX's names and shapes).
+
+Each captures the function once per call signature, as ``grad`` does, and compiles its tangent
+program (``autodiff.forward``): the function's statements interleaved with their tangents, loops
+kept as loops. ``hvp`` and ``hessian`` compile the tangent program of the gradient program
+(forward over reverse), so they work through ``while`` loops and in-place updates too.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from . import pytree
+from .api import DEFAULT_BACKEND, _Transform, _is_float_leaf, _scalar_result, _unpack_result
+from .errors import InputError
+
+# one transform per function, wrt, backend and mode: a compiled program is reused across calls
+_TRANSFORMS = weakref.WeakKeyDictionary()
+
+
+def _transform(fn, wrt, backend, mode):
+    try:
+        per_fn = _TRANSFORMS.setdefault(fn, {})
+    except TypeError:               # not weakly referable: no reuse across calls
+        per_fn = {}
+    key = (wrt if isinstance(wrt, (tuple, list)) else (wrt,), isinstance(wrt, (tuple, list)), backend, mode)
+    key = (tuple(key[0]),) + key[1:]
+    t = per_fn.get(key)
+    if t is None:
+        t = per_fn[key] = _Transform(fn, wrt, backend or DEFAULT_BACKEND, mode)
+    return t
+
+
+def _default_wrt(t, args):
+    """Every argument that is, or holds, a float number or array (as ``vjp``)."""
+    arguments = t.bind(args)
+    return tuple(n for n, v in arguments.items()
+                 if _is_float_leaf(v) or pytree.is_node(v) and any(_is_float_leaf(x) for x in pytree.flatten(v)[0]))
+
+
+def _seed(w, value, what):
+    """A tangent value as the tangent program takes it for argument container ``w``."""
+    if w.ndim == 0:
+        if np.ndim(value) != 0:
+            raise InputError(f"{what} has shape {np.shape(value)} but its primal is a scalar")
+        return complex(value) if w.dtype.kind == "c" else float(np.real(value))
+    if np.iscomplexobj(value) and w.dtype.kind != "c":
+        raise InputError(f"{what} is complex but its primal is real ({w.dtype}): pass a real tangent")
+    a = np.asarray(value, dtype=w.dtype)
+    shape = tuple(int(d.value) for d in w.shape) if all(hasattr(d, "value") for d in w.shape) else None
+    if shape is not None and a.shape != shape:
+        raise InputError(f"{what} has shape {a.shape} but its primal has shape {shape}")
+    return a
+
+
+def _seeds(entry, names, tangents_by_name, arguments):
+    """The tangent program's seed values, one per ``entry.wrt`` container, in order."""
+    seeds = []
+    for name, picks in zip(names, entry.wrt_layout):
+        tv = tangents_by_name[name]
+        if picks is None:
+            seeds.append(_seed(entry.wrt[len(seeds)], tv, f"the tangent of {name!r}"))
+            continue
+        _, tree = pytree.flatten(arguments[name], objects=True)
+        try:
+            leaves = tree.leaves_of(tv, "tangent")
+        except ValueError as exc:
+            raise InputError(f"the tangent of {name!r}: {exc} (it must have the structure of the primal)") from None
+        for k, _ in picks:
+            seeds.append(_seed(entry.wrt[len(seeds)], leaves[k], f"the tangent of {name!r} (leaf {k})"))
+    return seeds
+
+
+def _run(entry, args, extra):
+    """``(value, tangents)`` from the compiled tangent program."""
+    value, touts = entry.func(*(entry.call_args(args) + list(extra)))
+    return value, touts
+
+
+def _tangent_out(entry, value, tangent):
+    """The result's tangent as the caller gets it: the result's structure, shape and type."""
+    layout = entry.layout
+    if entry.backend == "native" and entry.result.ndim == 0:
+        tangent = tangent[0]
+    if layout is not None and layout.packed:
+        flat = np.array(tangent, dtype=layout.dtype)
+        flat[:layout.header] = np.asarray(value)[:layout.header]      # sizes known at run time
+        return layout.unpack(flat)
+    if entry.result.ndim == 0:
+        tangent = entry.result.dtype.type(tangent)
+    return tangent if layout is None else layout.unpack(tangent)
+
+
+def jvp(fn, primals, tangents, wrt=None, backend=None):
+    """Evaluate ``fn(*primals)`` and its directional derivative, the Jacobian-vector product.
+
+    Args:
+      fn: a Python function using NumPy (loops, ``while``, branches, in-place updates, views).
+      primals: a tuple of the arguments.
+      tangents: a tuple like ``primals``: the direction for each differentiated argument (an
+        array or number of its shape and dtype, or a pytree of them for a pytree argument);
+        entries of arguments not differentiated are ignored (``None`` is fine).
+      wrt: names or positions of the arguments to differentiate (default: every argument that
+        is, or holds, a float array or a float).
+      backend: ``"native"`` (Numba; the default when installed) or ``"numpy"``.
+
+    Returns:
+      ``(out, tangent_out)``: ``fn(*primals)`` and ``J @ tangents``, of the result's structure.
+
+    Example:
+      >>> def f(x):
+      ...     return np.sin(x) * x
+      >>> out, t = flowgrad.jvp(f, (np.ones(3),), (np.ones(3),))     # doctest: +SKIP
+    """
+    primals, tangents = tuple(primals), tuple(tangents)
+    if len(tangents) != len(primals):
+        raise InputError(f"jvp takes one tangent per primal: got {len(primals)} primals and {len(tangents)} "
+                         "tangents")
+    probe = _transform(fn, (), backend, "jvp")
+    if wrt is None:
+        wrt = _default_wrt(probe, primals)
+    elif not isinstance(wrt, (tuple, list)):
+        wrt = (wrt,)
+    t = _transform(fn, tuple(wrt), backend, "jvp")
+    names, _ = t.wrt_names(primals)
+    arguments = t.bind(primals)
+    entry = t.compiled(primals, arguments)
+    by_name = dict(zip(t.params, tangents))
+    value, touts = _run(entry, primals, _seeds(entry, names, by_name, arguments))
+    return _unpack_result(entry, value), _tangent_out(entry, value, touts[0])
+
+
+def _basis(shape, dtype):
+    """The unit directions of an array (or scalar) of ``shape``, one at a time."""
+    n = int(np.prod(shape, dtype=np.int64))
+    for k in range(n):
+        e = np.zeros(n, dtype=dtype)
+        e[k] = 1.0
+        yield e.reshape(shape) if shape else e[0].item()
+
+
+def _real_wrt(t, names, arguments, what):
+    for n in names:
+        v = arguments[n]
+        if not (isinstance(v, (float, np.floating)) or isinstance(v, np.ndarray) and v.dtype.kind == "f"):
+            raise InputError(f"{what} differentiates real float arrays and floats; argument {n!r} is a "
+                             f"{type(v).__name__}{'' if not isinstance(v, np.ndarray) else ' of ' + str(v.dtype)}")
+
+
+class jacfwd:
+    """Make a function computing the Jacobian of ``fn`` by forward mode, one column per input
+    direction.
+
+    Args:
+      fn: a Python function using NumPy, returning an array or a scalar.
+      wrt: argument name or position, or a tuple of them (default 0); real float arrays or floats.
+      backend: ``"native"`` (the default when Numba is installed) or ``"numpy"``.
+
+    Returns:
+      ``jac(*args)``: the Jacobian of shape ``out.shape + x.shape`` (JAX's layout), or a tuple of
+      them for a tuple ``wrt``. The compiled tangent program is run once per input direction.
+
+    Example:
+      >>> J = flowgrad.jacfwd(lambda x: np.cumsum(x * x))(np.ones(3))     # doctest: +SKIP
+    """
+
+    def __init__(self, fn, wrt=0, backend=None):
+        self.fn, self.wrt, self.backend = fn, wrt, backend
+        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, "jvp")
+        self.__name__ = getattr(fn, "__name__", "fn")
+
+    def __call__(self, *args):
+        t = self.t
+        names, single = t.wrt_names(args)
+        arguments = t.bind(args)
+        _real_wrt(t, names, arguments, "jacfwd")
+        entry = t.compiled(args, arguments)
+        if entry.layout is not None and entry.layout.packed:
+            raise InputError(f"jacfwd of {self.__name__} requires an array or scalar result, but it returns a "
+                             f"{entry.layout.tree.kind}")
+        zeros = [np.zeros_like(arguments[n]) if isinstance(arguments[n], np.ndarray) else 0.0 for n in names]
+        out = []
+        for k, name in enumerate(names):
+            x = arguments[name]
+            cols = []
+            for e in _basis(np.shape(x), np.float64):
+                direction = dict(zip(names, zeros))
+                direction[name] = e
+                value, touts = _run(entry, args, _seeds(entry, names, direction, arguments))
+                cols.append(np.asarray(_tangent_out(entry, value, touts[0])))
+            rshape = np.shape(value)
+            jac = np.stack(cols, axis=-1) if cols else np.zeros(rshape + (0,), np.result_type(entry.result.dtype))
+            out.append(jac.reshape(rshape + np.shape(x)))
+        return out[0] if single else tuple(out)
+
+
+def hvp(fn, primals, tangents, wrt=0, backend=None):
+    """The Hessian-vector product ``H v`` of a scalar-valued ``fn``, by forward over reverse mode:
+    the tangent program of its gradient program, so through ``while`` loops and in-place updates too.
+
+    Args:
+      fn: a Python function using NumPy, returning a float scalar.
+      primals: a tuple of the arguments.
+      tangents: a tuple like ``primals``; the entry of the ``wrt`` argument is ``v`` (the others
+        are ignored).
+      wrt: the argument name or position differentiated (default 0): a float array or a float.
+      backend: ``"native"`` (the default when Numba is installed) or ``"numpy"``.
+
+    Returns:
+      ``H v``, shaped as the ``wrt`` argument: the derivative of ``grad(fn)`` in direction ``v``.
+
+    Example:
+      >>> hv = flowgrad.hvp(lambda x: np.sum(x ** 4), (x,), (v,))       # doctest: +SKIP
+    """
+    primals, tangents = tuple(primals), tuple(tangents)
+    if len(tangents) != len(primals):
+        raise InputError(f"hvp takes one tangent per primal: got {len(primals)} primals and {len(tangents)} "
+                         "tangents")
+    if isinstance(wrt, (tuple, list)):
+        raise InputError("hvp differentiates one argument: pass wrt as one name or position")
+    t = _transform(fn, wrt, backend, "hvp")
+    return _hvp_run(t, primals, dict(zip(t.params, tangents)))
+
+
+def _hvp_run(t, args, by_name, arguments=None):
+    names, _ = t.wrt_names(args)
+    arguments = t.bind(args) if arguments is None else arguments
+    _real_wrt(t, names, arguments, "hvp")
+    entry = t.compiled(args, arguments)
+    _scalar_result(entry, t.__name__)
+    seeds = _seeds(entry, names, by_name, arguments)
+    _, touts = _run(entry, args, [1.0] + seeds)
+    x = arguments[names[0]]
+    hv = touts[0]
+    if isinstance(x, np.ndarray):
+        return np.asarray(hv, dtype=x.dtype).reshape(x.shape)
+    return float(np.asarray(hv).reshape(-1)[0])
+
+
+class hessian:
+    """Make a function computing the Hessian of a scalar-valued ``fn`` by forward over reverse
+    mode (one Hessian-vector product per input direction); through ``while`` loops, in-place
+    updates and data-dependent branches, which JAX's ``hessian`` cannot take through a ``while``.
+
+    Args:
+      fn: a Python function using NumPy, returning a float scalar.
+      wrt: the argument name or position (default 0): a float array or a float.
+      backend: ``"native"`` (the default when Numba is installed) or ``"numpy"``.
+
+    Returns:
+      ``h(*args)``: the Hessian, of shape ``x.shape + x.shape``.
+
+    Example:
+      >>> H = flowgrad.hessian(lambda x: np.sum(np.sin(x) * x))(np.ones(3))    # doctest: +SKIP
+    """
+
+    def __init__(self, fn, wrt=0, backend=None):
+        if isinstance(wrt, (tuple, list)):
+            raise InputError("hessian differentiates one argument: pass wrt as one name or position")
+        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, "hvp")
+        self.__name__ = getattr(fn, "__name__", "fn")
+
+    def __call__(self, *args):
+        t = self.t
+        names, _ = t.wrt_names(args)
+        arguments = t.bind(args)
+        x = arguments[names[0]]
+        rows = [_hvp_run(t, args, {names[0]: e}, arguments) for e in _basis(np.shape(x), np.float64)]
+        return np.asarray(rows, dtype=np.float64).reshape(np.shape(x) + np.shape(x))
+
+
+__all__ = ["jvp", "jacfwd", "hvp", "hessian"]

@@ -1,0 +1,420 @@
+"""Forward mode: ``jvp``, ``jacfwd``, ``hvp`` and ``hessian``.
+
+Oracles: central differences in random directions (float64) for ``jvp``; differences of the
+reverse-mode gradient for ``hvp``; reverse mode row by row for ``jacfwd``; ``jax.jvp`` where JAX
+is installed. The programs have ``for`` and ``while`` loops, ``break``, branches, in-place slice
+updates, views, scatters and gathers, matmul, solve and reductions.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+import flowgrad
+from flowgrad.errors import InputError, UnsupportedError
+
+EPS = 1e-6
+
+
+def U(shape, lo=-1.0, hi=1.0, seed=0):
+    return np.random.default_rng(seed).uniform(lo, hi, shape)
+
+
+def _direction(rng, v):
+    return rng.standard_normal(v.shape) if isinstance(v, np.ndarray) else float(rng.standard_normal())
+
+
+def _along(fn, args, positions, dirs, step):
+    moved = list(copy.deepcopy(tuple(args)))
+    for p, d in zip(positions, dirs):
+        moved[p] = moved[p] + step * d
+    return np.asarray(fn(*moved), dtype=np.float64)
+
+
+def check_jvp(fn, args, wrt, backend, n_dirs=2, rtol=1e-6, atol=1e-7, seed=0):
+    """flowgrad.jvp: its value equals ``fn``'s, its tangent the central difference along random
+    directions, and the caller's arguments are left as they were."""
+    wrt = (wrt,) if not isinstance(wrt, tuple) else wrt
+    positions = [w if isinstance(w, int) else fn.__code__.co_varnames.index(w) for w in wrt]
+    rng = np.random.default_rng(seed)
+    saved = copy.deepcopy(tuple(args))
+    expected = fn(*copy.deepcopy(tuple(args)))
+    for _ in range(n_dirs):
+        dirs = [_direction(rng, args[p]) for p in positions]
+        tangents = [None] * len(args)
+        for p, d in zip(positions, dirs):
+            tangents[p] = d
+        out, t = flowgrad.jvp(fn, args, tangents, wrt=wrt, backend=backend)
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12, err_msg=f"{fn.__name__}: value")
+        fd = (_along(fn, args, positions, dirs, EPS) - _along(fn, args, positions, dirs, -EPS)) / (2 * EPS)
+        assert np.shape(t) == np.shape(expected), f"{fn.__name__}: tangent shape {np.shape(t)}"
+        np.testing.assert_allclose(t, fd, rtol=rtol, atol=atol, err_msg=f"{fn.__name__}: jvp vs differences")
+    for a, b in zip(args, saved):
+        np.testing.assert_array_equal(a, b, err_msg=f"{fn.__name__} changed the caller's arguments")
+
+
+# ---------------------------------------------------------------------------------------
+# programs
+# ---------------------------------------------------------------------------------------
+
+
+def heat(u, kappa, steps):
+    for t in range(steps):
+        u[1:-1] += kappa * (u[2:] - 2.0 * u[1:-1] + u[:-2])
+    return np.sum(u * u)
+
+
+def shifted_overwrite(x, y):
+    # right side first: x[1:] reads the old x[:-1]
+    x[1:] = x[:-1] * y[1:] + np.sin(x[1:])
+    x[0] = x[0] * x[-1]
+    return np.exp(x) * x
+
+
+def newton_sqrt(a, x0):
+    x = x0
+    while abs(x * x - a) > 1e-13 * a:
+        x = 0.5 * (x + a / x)
+    return x * x * x
+
+
+def first_big(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        if x[i] > 0.8:
+            break
+        s = s + np.tanh(w * x[i]) * x[i]
+    return s
+
+
+def branches(x, c):
+    if np.sum(x) > 0:
+        y = np.sin(x) * c
+    else:
+        y = np.cos(x) / c
+    for i in range(x.shape[0]):
+        if x[i] < 0:
+            y[i] = y[i] * y[i]
+    return y
+
+
+def views(A, b):
+    At = A.T
+    col = A[:, 1]
+    col *= 2.0
+    r = At @ b
+    r[::2] += np.sqrt(A[0, ::2] ** 2 + 1.0)
+    return r
+
+
+def scatters(x, v):
+    idx = np.array([0, 2, 2, 4])
+    y = np.zeros(6)
+    np.add.at(y, idx, v * x[idx])
+    y[np.array([1, 5])] = x[np.array([3, 0])] ** 2
+    m = x > 0
+    z = x.copy()
+    z[m] = np.exp(x[m])
+    return y + z
+
+
+def linalg(A, b):
+    M = A @ A.T + 3.0 * np.eye(A.shape[0])
+    x = np.linalg.solve(M, b)
+    L = np.linalg.cholesky(M)
+    return np.concatenate([x, np.sum(L, axis=0), [np.linalg.det(M), np.linalg.slogdet(M)[1]]])
+
+
+def reductions(X):
+    return np.concatenate([np.sum(X * X, axis=0), np.prod(X, axis=1), [np.max(X)], np.min(X, axis=0),
+                           np.cumsum(X, axis=1).ravel(), [np.mean(X)]])
+
+
+def matmul_loop(W, x, n):
+    h = x
+    for k in range(n):
+        h = np.tanh(W @ h)
+    return h
+
+
+def complex_abs(x, y):
+    z = x + 1j * y
+    w = z * z + np.exp(1j * x)
+    return np.abs(w) + np.real(np.conj(w) * z) + np.angle(w)
+
+
+PROGRAMS = [
+    ("heat", heat, lambda: (U(9, seed=1), 0.2, 6), ("u", "kappa")),
+    ("shifted_overwrite", shifted_overwrite, lambda: (U(6, seed=2), U(6, seed=3)), ("x", "y")),
+    ("newton_sqrt", newton_sqrt, lambda: (2.5, 1.0), ("a",)),
+    ("first_big", first_big, lambda: (np.array([0.1, -0.4, 0.5, 0.9, 0.2]), 0.7), ("x", "w")),
+    ("branches_pos", branches, lambda: (np.array([0.5, -0.2, 0.3]), 1.5), ("x", "c")),
+    ("branches_neg", branches, lambda: (np.array([-0.5, -0.2, 0.3]), 1.5), ("x", "c")),
+    ("views", views, lambda: (U((4, 4), seed=4), U(4, seed=5)), ("A", "b")),
+    ("scatters", scatters, lambda: (U(6, seed=6), U(4, seed=7)), ("x", "v")),
+    ("linalg", linalg, lambda: (U((4, 4), seed=8), U(4, seed=9)), ("A", "b")),
+    ("reductions", reductions, lambda: (U((3, 4), 0.5, 1.5, seed=10),), ("X",)),
+    ("matmul_loop", matmul_loop, lambda: (U((4, 4), seed=11), U(4, seed=12), 3), ("W", "x")),
+    ("complex_abs", complex_abs, lambda: (U(5, seed=13), U(5, seed=14)), ("x", "y")),
+]
+
+
+@pytest.mark.parametrize("name,fn,make,wrt", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_jvp_against_differences(name, fn, make, wrt, backend):
+    check_jvp(fn, make(), wrt, backend)
+
+
+@pytest.mark.parametrize("name,fn,make,wrt", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_jvp_one_argument(name, fn, make, wrt, backend):
+    """Differentiating one argument: the others are constants (their tangents ignored)."""
+    check_jvp(fn, make(), wrt[-1], backend, n_dirs=1, seed=1)
+
+
+def test_jvp_default_wrt_is_every_float_argument(backend):
+    u, v = U(9, seed=1), U(9, seed=2)
+    out, t = flowgrad.jvp(heat, (u, 0.2, 5), (v, 0.5, None), backend=backend)
+    _, t_u = flowgrad.jvp(heat, (u, 0.2, 5), (v, None, None), wrt="u", backend=backend)
+    _, t_k = flowgrad.jvp(heat, (u, 0.2, 5), (None, 0.5, None), wrt="kappa", backend=backend)
+    np.testing.assert_allclose(t, t_u + t_k, rtol=1e-12)
+    g = flowgrad.grad(heat, wrt=("u", "kappa"), backend=backend)(u, 0.2, 5)
+    np.testing.assert_allclose(t, g[0] @ v + g[1] * 0.5, rtol=1e-12)
+
+
+def test_jvp_pytree_result(backend):
+    def f(x):
+        return {"s": np.sum(x * x), "y": np.sin(x)}
+    x, v = U(4), U(4, seed=1)
+    out, t = flowgrad.jvp(f, (x,), (v,), backend=backend)
+    np.testing.assert_allclose(t["s"], 2 * x @ v, rtol=1e-12)
+    np.testing.assert_allclose(t["y"], np.cos(x) * v, rtol=1e-12)
+
+
+def test_jvp_source_is_printable():
+    from flowgrad.api_forward import _transform
+    src = _transform(heat, ("u",), "numpy", "jvp").source(U(9), 0.2, 3)
+    assert "def heat_jvp(u, kappa, steps, t_u)" in src
+    assert "for t in range(0, steps)" in src, "the loop stays a loop"
+
+
+# ---------------------------------------------------------------------------------------
+# JAX
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.jax
+def test_jvp_against_jax(backend):
+    jax = pytest.importorskip("jax", reason="jax is not installed: the cross-check against jax.jvp is skipped")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def heat_jax(u, kappa):
+        for _ in range(6):
+            u = u.at[1:-1].add(kappa * (u[2:] - 2.0 * u[1:-1] + u[:-2]))
+        return jnp.sum(u * u)
+
+    def linalg_jax(A, b):
+        M = A @ A.T + 3.0 * jnp.eye(A.shape[0])
+        x = jnp.linalg.solve(M, b)
+        L = jnp.linalg.cholesky(M)
+        return jnp.concatenate([x, jnp.sum(L, axis=0), jnp.array([jnp.linalg.det(M), jnp.linalg.slogdet(M)[1]])])
+
+    def complex_jax(x, y):
+        z = x + 1j * y
+        w = z * z + jnp.exp(1j * x)
+        return jnp.abs(w) + jnp.real(jnp.conj(w) * z) + jnp.angle(w)
+
+    cases = [(heat, heat_jax, (U(9, seed=1), 0.2), (6,)), (linalg, linalg_jax, (U((4, 4), seed=8), U(4, seed=9)), ()),
+             (complex_abs, complex_jax, (U(5, seed=13), U(5, seed=14)), ())]
+    rng = np.random.default_rng(0)
+    for fn, jfn, primals, extra in cases:
+        tangents = tuple(_direction(rng, p) for p in primals)
+        wrt = tuple(range(len(primals)))
+        out, t = flowgrad.jvp(fn, primals + extra, tangents + (None,) * len(extra), wrt=wrt, backend=backend)
+        jout, jt = jax.jvp(jfn, primals, tangents)
+        np.testing.assert_allclose(out, np.asarray(jout), rtol=1e-10, err_msg=fn.__name__)
+        np.testing.assert_allclose(t, np.asarray(jt), rtol=1e-9, atol=1e-12, err_msg=fn.__name__)
+
+
+# ---------------------------------------------------------------------------------------
+# jacfwd, hvp, hessian
+# ---------------------------------------------------------------------------------------
+
+
+def test_jacfwd_equals_reverse_mode_rows(backend):
+    A, b = U((4, 4), seed=8), U(4, seed=9)
+    J = flowgrad.jacfwd(linalg, wrt=0, backend=backend)(A, b)
+    out, pull = flowgrad.vjp(linalg, A, b, wrt="A", backend="numpy")
+    assert J.shape == out.shape + A.shape
+    for i in range(out.shape[0]):
+        e = np.zeros_like(out)
+        e[i] = 1.0
+        np.testing.assert_allclose(J[i], pull(e)[0], rtol=1e-9, atol=1e-12)
+
+
+def test_jacfwd_tuple_wrt_and_scalar_result(backend):
+    def f(x, c):
+        return np.sum(np.sin(x) * c) + c ** 3
+    x = U(5)
+    jx, jc = flowgrad.jacfwd(f, wrt=(0, 1), backend=backend)(x, 0.4)
+    gx, gc = flowgrad.grad(f, wrt=(0, 1), backend=backend)(x, 0.4)
+    np.testing.assert_allclose(jx, gx, rtol=1e-12)
+    np.testing.assert_allclose(jc, gc, rtol=1e-12)
+    assert jx.shape == (5,) and np.shape(jc) == ()
+
+
+HVP_PROGRAMS = [
+    ("heat", heat, lambda: (U(9, seed=1), 0.2, 6), "u"),
+    ("heat_kappa", heat, lambda: (U(9, seed=1), 0.2, 6), "kappa"),
+    ("shifted_overwrite", lambda x, y: np.sum(shifted_overwrite(x, y) ** 2), lambda: (U(6, seed=2), U(6, seed=3)), 0),
+    ("first_big", first_big, lambda: (np.array([0.1, -0.4, 0.5, 0.9, 0.2]), 0.7), "x"),
+    ("views", lambda A, b: np.sum(views(A, b) ** 3), lambda: (U((4, 4), seed=4), U(4, seed=5)), 0),
+    ("scatters", lambda x, v: np.sum(np.sin(scatters(x, v))), lambda: (U(6, seed=6), U(4, seed=7)), 0),
+    ("solve", lambda A, b: np.sum(np.linalg.solve(A @ A.T + 3 * np.eye(4), b) ** 2),
+     lambda: (U((4, 4), seed=8), U(4, seed=9)), 0),
+    ("matmul_loop", lambda W, x, n: np.sum(matmul_loop(W, x, n) ** 2), lambda: (U((4, 4), seed=11), U(4, seed=12), 3),
+     0),
+]
+
+
+@pytest.mark.parametrize("name,fn,make,wrt", HVP_PROGRAMS, ids=[p[0] for p in HVP_PROGRAMS])
+def test_hvp_against_differences_of_the_gradient(name, fn, make, wrt, backend):
+    args = make()
+    pos = wrt if isinstance(wrt, int) else fn.__code__.co_varnames.index(wrt)
+    rng = np.random.default_rng(3)
+    v = _direction(rng, args[pos])
+    tangents = [None] * len(args)
+    tangents[pos] = v
+    hv = flowgrad.hvp(fn, args, tangents, wrt=wrt, backend=backend)
+    g = flowgrad.grad(fn, wrt=wrt, backend="numpy")
+    plus, minus = list(copy.deepcopy(args)), list(copy.deepcopy(args))
+    plus[pos], minus[pos] = plus[pos] + EPS * v, minus[pos] - EPS * v
+    fd = (np.asarray(g(*plus)) - np.asarray(g(*minus))) / (2 * EPS)
+    assert np.shape(hv) == np.shape(args[pos])
+    np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-6)
+
+
+def newton_cubic(p, x0):
+    """The root of x^3 + p0 x - p1 = 0 by Newton's method in a while loop, to convergence."""
+    x = x0
+    err = 1.0
+    while err > 1e-14:
+        f = x ** 3 + p[0] * x - p[1]
+        x_new = x - f / (3.0 * x ** 2 + p[0])
+        err = abs(x_new - x)
+        x = x_new
+    return x * x + p[0] * p[1]
+
+
+def test_hessian_through_a_while_newton_iteration(backend):
+    """JAX cannot take this: reverse mode does not go through a while loop there."""
+    p = np.array([1.3, 0.8])
+    H = flowgrad.hessian(newton_cubic, backend=backend)(p, 1.0)
+    assert H.shape == (2, 2)
+    # the implicit function theorem: x(p) solves F(x, p) = x^3 + p0 x - p1 = 0
+    g = flowgrad.grad(newton_cubic, backend="numpy")
+    fd = np.stack([(g(p + EPS * e, 1.0) - g(p - EPS * e, 1.0)) / (2 * EPS) for e in np.eye(2)])
+    np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(H, H.T, rtol=1e-10, atol=1e-12)
+
+
+def test_hessian_of_a_quadratic_form(backend):
+    A = U((3, 3), seed=1)
+
+    def f(x):
+        y = x.copy()
+        y[1:] += 0.5 * x[:-1]
+        return y @ A @ y + np.sum(y ** 4)
+    x = U(3, seed=2)
+    H = flowgrad.hessian(f, backend=backend)(x)
+    B = np.eye(3) + 0.5 * np.eye(3, k=-1)
+    y = B @ x
+    expected = B.T @ (A + A.T + np.diag(12 * y ** 2)) @ B
+    np.testing.assert_allclose(H, expected, rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# refusals
+# ---------------------------------------------------------------------------------------
+
+
+def test_op_without_a_tangent_rule_is_named():
+    def f(A):
+        w, V = np.linalg.eigh(A + A.T)
+        return np.sum(w * w)
+    with pytest.raises(UnsupportedError, match=r"test_forward_mode.py:\d+: unsupported forward-mode differentiation "
+                                               r"of eigh: it has no tangent rule"):
+        flowgrad.jvp(f, (U((3, 3)),), (U((3, 3)),), backend="numpy")
+
+
+def test_integer_argument_gets_no_tangent():
+    with pytest.raises(InputError, match="only float"):
+        flowgrad.jvp(heat, (U(9), 0.2, 3), (U(9), 0.1, 1), wrt=("u", "steps"), backend="numpy")
+
+
+def test_tangent_shape_is_checked():
+    with pytest.raises(InputError, match="has shape"):
+        flowgrad.jvp(heat, (U(9), 0.2, 3), (U(8), None, None), wrt="u", backend="numpy")
+
+
+def test_coverage_reports_tangents():
+    text = flowgrad.coverage()
+    assert "solve" in text and "jvp" in text and "no tangent" in text
+    from flowgrad.autodiff.rules import CALLS
+    for name in ("sum", "prod", "max", "matmul", "solve", "det", "slogdet", "cholesky", "cumsum", "gather",
+                 "scatter", "add_at", "mask_gather", "mask_scatter", "einsum", "fft", "solve_triangular"):
+        assert CALLS[name].jvp is not None, f"{name} has no tangent rule"
+
+
+# ---------------------------------------------------------------------------------------
+# every program of the feature tests and of the kernel corpus
+# ---------------------------------------------------------------------------------------
+
+from test_features import CASES as FEATURE_CASES  # noqa: E402
+
+try:
+    import benchmarks.kernels as kernels
+    CORPUS = list(kernels.NAMES)
+except ImportError:          # the corpus is optional
+    kernels, CORPUS = None, []
+
+
+def _wrt_tuple(wrt):
+    return tuple(wrt) if isinstance(wrt, (tuple, list)) else (wrt,)
+
+
+@pytest.mark.parametrize("fn, make, wrt", FEATURE_CASES)
+def test_feature_jvp(fn, make, wrt, backend):
+    check_jvp(fn, make(), _wrt_tuple(wrt), backend, n_dirs=1, rtol=1e-5, atol=1e-6)
+
+
+# the native runs of the whole corpus compile about 100 programs: a slow test (-m slow)
+NUMPY_AND_SLOW_NATIVE = ["numpy", pytest.param("native", marks=[pytest.mark.native, pytest.mark.slow])]
+
+
+@pytest.mark.skipif(not CORPUS, reason="benchmarks.kernels is not importable")
+@pytest.mark.parametrize("backend", NUMPY_AND_SLOW_NATIVE)
+@pytest.mark.parametrize("name", CORPUS)
+def test_corpus_jvp(name, backend):
+    mod = kernels.load(name)
+    check_jvp(mod.kernel, mod.args("test"), _wrt_tuple(mod.WRT), backend, n_dirs=1, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not CORPUS, reason="benchmarks.kernels is not importable")
+@pytest.mark.parametrize("backend", NUMPY_AND_SLOW_NATIVE)
+@pytest.mark.parametrize("name", CORPUS)
+def test_corpus_hvp(name, backend):
+    """H v against central differences of the reverse-mode gradient, for the first wrt argument."""
+    mod = kernels.load(name)
+    args = mod.args("test")
+    wrt = _wrt_tuple(mod.WRT)[0]
+    pos = wrt if isinstance(wrt, int) else mod.kernel.__code__.co_varnames.index(wrt)
+    v = _direction(np.random.default_rng(0), args[pos])
+    tangents = [None] * len(args)
+    tangents[pos] = v
+    hv = flowgrad.hvp(mod.kernel, args, tangents, wrt=wrt, backend=backend)
+    g, eps = flowgrad.grad(mod.kernel, wrt=wrt, backend="numpy"), 1e-5
+    plus, minus = list(copy.deepcopy(args)), list(copy.deepcopy(args))
+    plus[pos], minus[pos] = plus[pos] + eps * v, minus[pos] - eps * v
+    fd = (np.asarray(g(*plus)) - np.asarray(g(*minus))) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-4, atol=1e-4 * (np.max(np.abs(fd)) + 1e-8))
