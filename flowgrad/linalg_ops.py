@@ -12,9 +12,12 @@ the same signs of eigen- and singular vectors.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .autodiff import rules
 from .backends import native_calls
-from .ir.core import Call, NewAxis, Read, Ref
+from .errors import UnsupportedError
+from .ir.core import Assign, Call, Const, NewAxis, Read, Ref, Slice, const_value, op
 
 
 def _read(c):
@@ -117,6 +120,202 @@ def _jvp_solve_triangular(ctx, call, touts):
     return stmts + [Call("solve_triangular", [a, rhs], [t], dict(call.attrs))]
 
 
+# ------------------------------------------------------------- tangents
+# Each written in primitives (matmul, solves, triangles, elementwise); the tangents of the adjoint
+# calls (for forward over reverse: ``hvp``, ``hessian``) are the tangents of their formulas written
+# out in primitives (``ctx.derive``).
+
+
+def _row(c):
+    """A Read of vector ``c`` as a row (1, n)."""
+    return Read(Ref(c, [NewAxis()] + list(Ref(c).items)))
+
+
+def _col(c):
+    """A Read of vector ``c`` as a column (n, 1)."""
+    return Read(Ref(c, list(Ref(c).items) + [NewAxis()]))
+
+
+def _eye(ctx, n):
+    """(a statement making the n x n identity, a Read of it)"""
+    e = ctx.temp((n, n), np.float64, "eye")
+    return Call("eye", [], [e], {"n": n, "m": n, "k": 0}), _read(e)
+
+
+def _temps(ctx, shape, *hints):
+    return [ctx.temp(shape, np.float64, h) for h in hints]
+
+
+def _gaps_of(ctx, values, eye, squared=False):
+    """``(statement, F)``: ``F[i, j] = 1 / (values[j] - values[i])`` off the diagonal, 0 on it
+    (of the squares with ``squared``), as ``backends.linalg_runtime._gaps``."""
+    n = values.shape[0]
+    f = ctx.temp((n, n), np.float64, "tgap")
+    row, col = (_row(values), _col(values))
+    if squared:
+        row, col = row * row, col * col
+    return Assign(Ref(f), (1.0 - eye) / (row - col + eye)), _read(f)
+
+
+def _known_equal(a, b):
+    return const_value(a) is not None and const_value(a) == const_value(b)
+
+
+def _symmetric_tangent(ctx, ta, n, lower):
+    """``(statements, S)``: the symmetric matrix the triangle of ``ta`` that a decomposition reads
+    stands for."""
+    tri, strict, sym = _temps(ctx, (n, n), "ttri", "tstr", "tsym")
+    name = "tril" if lower else "triu"
+    return [Call(name, [ta], [tri], {"k": 0}), Call(name, [ta], [strict], {"k": -1 if lower else 1}),
+            Assign(Ref(sym), _read(tri) + _transposed(strict))], sym
+
+
+def _jvp_eigh(ctx, call, touts):
+    """``w, v = eigh(a)``: with ``P = v' ta v`` (``ta`` symmetric, from the triangle read),
+    ``tw = diag(P)`` and ``tv = v (F * P)``, ``F[i, j] = 1 / (w[j] - w[i])`` off the diagonal
+    (Giles, 2008)."""
+    (a,), (tw, tv) = call.inputs, touts
+    w, v = call.outputs
+    n = a.shape[-1]
+    make, eye = _eye(ctx, n)
+    stmts, sym = _symmetric_tangent(ctx, ctx.tangent(a), n, call.attrs["lower"])
+    q, p = _temps(ctx, (n, n), "teq", "tep")
+    stmts = [make] + stmts + [Call("matmul", [_transposed(v), _read(sym)], [q]), Call("matmul", [_read(q), _read(v)], [p])]
+    if tw is not None:
+        stmts.append(Call("sum", [_read(p) * eye], [tw], {"axis": (1,), "keepdims": False}))
+    if tv is not None:
+        gaps, f = _gaps_of(ctx, w, eye)
+        fp = ctx.temp((n, n), np.float64, "tefp")
+        stmts += [gaps, Assign(Ref(fp), f * _read(p)), Call("matmul", [_read(v), _read(fp)], [tv])]
+    return stmts
+
+
+def _jvp_svd(ctx, call, touts):
+    """``u, s, vh = svd(a)`` (reduced; a: m x n, k = min(m, n)): with ``P = u' ta v`` and
+    ``F[i, j] = 1 / (s[j]^2 - s[i]^2)`` off the diagonal, ``ts = diag(P)``,
+    ``tu = u (F * (P S + S P')) + (I - u u') ta v / s`` and
+    ``tvh = (F * (S P + P' S))' vh + (u' ta - P vh) / s[:, None]`` (Townsend, 2016)."""
+    (a,), (tu, ts, tvh) = call.inputs, touts
+    u, s, vh = call.outputs
+    m, k, n = u.shape[0], s.shape[0], vh.shape[1]
+    ta = ctx.tangent(a)
+    make, eye = _eye(ctx, k)
+    av, = _temps(ctx, (m, k), "tsav")
+    p, = _temps(ctx, (k, k), "tsp")
+    stmts = [make, Call("matmul", [ta, _transposed(vh)], [av]), Call("matmul", [_transposed(u), _read(av)], [p])]
+    if ts is not None:
+        stmts.append(Call("sum", [_read(p) * eye], [ts], {"axis": (1,), "keepdims": False}))
+    if tu is None and tvh is None:
+        return stmts
+    gaps, f = _gaps_of(ctx, s, eye, squared=True)
+    stmts.append(gaps)
+    srow, scol = _row(s), _col(s)
+    if tu is not None:
+        inner, = _temps(ctx, (k, k), "tsiu")
+        stmts += [Assign(Ref(inner), f * (_read(p) * srow + scol * _transposed(p))),
+                  Call("matmul", [_read(u), _read(inner)], [tu])]
+        if not _known_equal(m, k):
+            up, = _temps(ctx, (m, k), "tsup")
+            stmts += [Call("matmul", [_read(u), _read(p)], [up]),
+                      Assign(Ref(tu), (_read(av) - _read(up)) / srow, accumulate=True)]
+    if tvh is not None:
+        inner, = _temps(ctx, (k, k), "tsiv")
+        stmts += [Assign(Ref(inner), f * (scol * _read(p) + _transposed(p) * srow)),
+                  Call("matmul", [_transposed(inner), _read(vh)], [tvh])]
+        if not _known_equal(n, k):
+            ua, pv = _temps(ctx, (k, n), "tsua", "tspv")
+            stmts += [Call("matmul", [_transposed(u), ta], [ua]), Call("matmul", [_read(p), _read(vh)], [pv]),
+                      Assign(Ref(tvh), (_read(ua) - _read(pv)) / scol, accumulate=True)]
+    return stmts
+
+
+def _jvp_qr(ctx, call, touts):
+    """``q, r = qr(a)`` (reduced; k = min(m, n)), for a square, tall or wide ``a``: with ``X = ta_k
+    r_k^-1`` (``_k``: the first k columns), ``C = q' X`` and ``W = tril(C, -1) - tril(C, -1)'``
+    (``q' tq``, antisymmetric), ``tq = X + q (W - C)`` and ``tr = triu(q' ta - W r)`` (Walter and
+    Lehmann, 2018; for a wide ``a``, ``X - q C`` vanishes)."""
+    (a,), (tq, tr) = call.inputs, touts
+    q, r = call.outputs
+    m, k, n = q.shape[0], q.shape[1], r.shape[1]
+    ta, = _temps(ctx, (m, n), "tqa")
+    stmts = [Assign(Ref(ta), ctx.tangent(a))]
+    square = _known_equal(k, n)
+    rk = r if square else Ref(r, [Slice(0, k), Slice(0, k)])
+    tak = Ref(ta) if square else Ref(ta, [Slice(0, m), Slice(0, k)])
+    rk_read = _read(r) if square else Read(rk)
+    xt, = _temps(ctx, (k, m), "tqxt")
+    c, low, w, wc = _temps(ctx, (k, k), "tqc", "tql", "tqw", "tqwc")
+    x = _transposed(xt)
+    stmts += [Call("solve_triangular", [rk_read, Read(Ref(tak.container, tak.items, (1, 0)))], [xt],
+                   {"lower": False, "trans": 1, "unit": False}),
+              Call("matmul", [_transposed(q), x], [c]), Call("tril", [_read(c)], [low], {"k": -1}),
+              Assign(Ref(w), _read(low) - _transposed(low))]
+    if tq is not None:
+        qw, = _temps(ctx, (m, k), "tqqw")
+        stmts += [Assign(Ref(wc), _read(w) - _read(c)), Call("matmul", [_read(q), _read(wc)], [qw]),
+                  Assign(Ref(tq), x + _read(qw))]
+    if tr is not None:
+        qa, wr, d = _temps(ctx, (k, n), "tqqa", "tqwr", "tqd")
+        stmts += [Call("matmul", [_transposed(q), _read(ta)], [qa]), Call("matmul", [_read(w), _read(r)], [wr]),
+                  Assign(Ref(d), _read(qa) - _read(wr)), Call("triu", [_read(d)], [tr], {"k": 0})]
+    return stmts
+
+
+def _lstsq_call(ctx, a, b, rcond, out):
+    """``out = lstsq(a, b, rcond)[0]`` (``pinv(a) @ b``)."""
+    m, n = a.shape
+    rank = ctx.temp((), np.int64, "lsrk")
+    s = ctx.temp((_smaller(m, n),), np.float64, "lss")
+    return Call("lstsq", [a, b, rcond], [out, rank, s])
+
+
+def _smaller(m, n):
+    return Const(min(const_value(m), const_value(n))) if const_value(m) is not None and \
+        const_value(n) is not None else op("minimum", m, n)
+
+
+def _jvp_lstsq(ctx, call, touts):
+    """``x = pinv(a) b`` (exact where the rank of ``a`` does not change nearby, a full-rank ``a``):
+    from the derivative of the pseudo-inverse (Golub and Pereyra, 1973),
+    ``tx = pinv(a) (tb - ta x) + pinv(a) pinv(a)' ta' r + (I - pinv(a) a) ta' pinv(a)' x``,
+    ``r = b - a x``; the singular values' tangent is ``diag(u' ta v)``."""
+    (a, b, rcond), (tx, _, ts) = call.inputs, touts
+    x, _, s = call.outputs
+    ta, tb = ctx.tangent(a), ctx.tangent(b)
+    at = rules._swap_last(a)
+    stmts = []
+    if tx is not None:
+        xs, bs = x.shape, b.shape
+        u, t1 = ctx.temp(bs, np.float64, "tlu"), ctx.temp(xs, np.float64, "tlx")
+        if ta is not None:
+            dax = ctx.temp(bs, np.float64, "tlax")
+            stmts.append(Call("matmul", [ta, _read(x)], [dax]))
+            stmts.append(Assign(Ref(u), -_read(dax) if tb is None else tb - _read(dax)))
+        else:
+            stmts.append(Assign(Ref(u), tb))
+        stmts += [_lstsq_call(ctx, a, _read(u), rcond, t1), Assign(Ref(tx), _read(t1))]
+        if ta is not None:
+            tat = rules._swap_last(ta)
+            ax, r, y1, y2, aw = (ctx.temp(bs, np.float64, h) for h in ("tlax", "tlr", "tly", "tlz", "tlaw"))
+            atr, t2, w, z = (ctx.temp(xs, np.float64, h) for h in ("tlar", "tlp", "tlw", "tlq"))
+            stmts += [Call("matmul", [a, _read(x)], [ax]), Assign(Ref(r), b - _read(ax)),
+                      Call("matmul", [tat, _read(r)], [atr]), _lstsq_call(ctx, at, _read(atr), rcond, y1),
+                      _lstsq_call(ctx, a, _read(y1), rcond, t2),
+                      _lstsq_call(ctx, at, _read(x), rcond, y2), Call("matmul", [tat, _read(y2)], [w]),
+                      Call("matmul", [a, _read(w)], [aw]), _lstsq_call(ctx, a, _read(aw), rcond, z),
+                      Assign(Ref(tx), _read(t2) + _read(w) - _read(z), accumulate=True)]
+    if ts is not None:
+        if ta is None:
+            return stmts + [Assign(Ref(ts), Const(0.0))]
+        m, n = a.shape
+        k = s.shape[0]
+        uu, av = ctx.temp((m, k), np.float64, "tlsu"), ctx.temp((m, k), np.float64, "tlsa")
+        ss, vh = ctx.temp((k,), np.float64, "tlss"), ctx.temp((k, n), np.float64, "tlsv")
+        stmts += [Call("svd", [a], [uu, ss, vh]), Call("matmul", [ta, _transposed(vh)], [av]),
+                  Call("sum", [_read(uu) * _read(av)], [ts], {"axis": (0,), "keepdims": False})]
+    return stmts
+
+
 # ------------------------------------------------------------- the table
 
 
@@ -127,26 +326,27 @@ def _flags(a):
 LINALG_CALLS = {
     "eigh": rules.CallRule(
         lambda i, a: f"tuple(np.linalg.eigh({i[0]}, UPLO={'L' if a['lower'] else 'U'!r}))", _vjp_eigh,
+        jvp=_jvp_eigh,
         flops=lambda c, size: 9 * _cube(c, size),
         doc="eigenvalues and eigenvectors of a symmetric matrix, from one triangle (LAPACK syevd)"),
     "eigh_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.eigh_vjp({', '.join(_args(i, _flags(a), 2))}, {a['lower']})",
         flops=lambda c, size: 4 * _cube(c, size) // 3, doc="adjoint of eigh (Giles 2008)"),
     "svd": rules.CallRule(
-        lambda i, a: f"tuple(np.linalg.svd({i[0]}, full_matrices=False))", _vjp_svd,
+        lambda i, a: f"tuple(np.linalg.svd({i[0]}, full_matrices=False))", _vjp_svd, jvp=_jvp_svd,
         flops=lambda c, size: 12 * _cube(c, size),
         doc="reduced singular value decomposition (LAPACK gesdd)"),
     "svd_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.svd_vjp({', '.join(_args(i, _flags(a), 3))})",
         flops=lambda c, size: 8 * _cube(c, size), doc="adjoint of svd (Townsend 2016)"),
     "qr": rules.CallRule(
-        lambda i, a: f"tuple(np.linalg.qr({i[0]}))", _vjp_qr, flops=lambda c, size: 4 * _cube(c, size),
+        lambda i, a: f"tuple(np.linalg.qr({i[0]}))", _vjp_qr, jvp=_jvp_qr, flops=lambda c, size: 4 * _cube(c, size),
         doc="reduced QR factorisation (LAPACK geqrf, orgqr)"),
     "qr_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.qr_vjp({', '.join(_args(i, _flags(a), 2))})",
         flops=lambda c, size: 6 * _cube(c, size), doc="adjoint of qr (Walter and Lehmann 2018, Liao et al. 2019)"),
     "lstsq": rules.CallRule(
-        lambda i, a: f"_rt.linalg.lstsq({i[0]}, {i[1]}, {i[2]})", _vjp_lstsq,
+        lambda i, a: f"_rt.linalg.lstsq({i[0]}, {i[1]}, {i[2]})", _vjp_lstsq, jvp=_jvp_lstsq,
         flops=lambda c, size: 12 * _cube(c, size),
         doc="least-squares solution, rank and singular values (LAPACK gelsd)"),
     "lstsq_vjp": rules.CallRule(

@@ -42,6 +42,7 @@ class TangentBuilder:
             self.tangents[c] = Container(namer("t_" + c.name), c.dtype, c.shape, "arg" if c in wrt else "transient")
         self.temps = []
         self.tape_tangents = {}
+        self.local = set()          # temporaries of formulas written out by rules (``derive``)
 
     # --- services for the rules ---
 
@@ -49,6 +50,19 @@ class TangentBuilder:
         c = Container(self.namer(hint), dtype, shape, "transient")
         self.temps.append(c)
         return c
+
+    def derive(self, stmts):
+        """``stmts`` (a rule's formula written out in primitives, writing fresh temporaries made
+        with ``temp``) interleaved with their tangents: the tangent of an op whose rule is a formula
+        of other ops (an adjoint call, under forward over reverse) follows from theirs. Returns the
+        statements; ``tangent(Read(Ref(temp)))`` then reads a temporary's tangent."""
+        for st in walk(stmts):
+            for w in stmt_writes(st):
+                c = w.container
+                if c not in self.tangents and is_inexact(c.dtype):
+                    self.tangents[c] = self.temp(c.shape, c.dtype, "t_" + c.name)
+                    self.local.add(c)
+        return self.tangent_block(stmts)
 
     def tangent(self, e, out=None):
         """The tangent of expression ``e`` as an expression, or None where it is zero (``e`` reads
@@ -199,7 +213,7 @@ def build_tangent(prog: Program, wrt, namer) -> Program:
     params = set(prog.params)
     init = []
     for c, t in sorted(b.tangents.items(), key=lambda kv: kv[0].name):
-        if c in wrt:
+        if c in wrt or c in b.local:
             continue
         s = first.get(c)
         if s is not None and _overwrites(s, c):
