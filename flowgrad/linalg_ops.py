@@ -316,6 +316,104 @@ def _jvp_lstsq(ctx, call, touts):
     return stmts
 
 
+# The adjoint calls' tangents: each adjoint formula (``backends.linalg_runtime``) written out in
+# primitives, differentiated by ``ctx.derive``.
+
+
+def _given_inputs(call, before):
+    """The adjoint call's inputs after the first ``before``: one per flag of ``given`` (None where
+    that adjoint is zero)."""
+    it = iter(call.inputs[before:])
+    return [next(it) if g else None for g in call.attrs["given"]]
+
+
+def _outer(ctx, x, y, out):
+    """``out = x @ y.T`` for matrices, ``x[:, None] * y[None, :]`` for vectors."""
+    if len(x.shape) == 1:
+        return Assign(Ref(out), Read(Ref(x.ref.container, list(x.ref.items) + [NewAxis()], x.ref.perm)) *
+                      Read(Ref(y.ref.container, [NewAxis()] + list(y.ref.items), y.ref.perm)))
+    return Call("matmul", [x, rules._swap_last(y)], [out])
+
+
+def _derived(ctx, formula, results, touts):
+    """The tangents ``touts`` of the temporaries ``results`` a formula writes."""
+    stmts = ctx.derive(formula)
+    for res, t in zip(results, touts):
+        if t is not None:
+            tr = ctx.tangent(_read(res))
+            stmts.append(Assign(Ref(t), Const(0.0) if tr is None else tr))
+    return stmts
+
+
+def _jvp_eigh_vjp(ctx, call, touts):
+    """``v (diag(gw) + F * (v' gv)) v'`` on the triangle read, differentiated."""
+    w, v = call.inputs[:2]
+    gw, gv = _given_inputs(call, 2)
+    n = v.shape[0]
+    make, eye = _eye(ctx, n)
+    inner, t, m, both, res = _temps(ctx, (n, n), "evi", "evt", "evm", "evb", "evr")
+    f = [make, Assign(Ref(inner), Const(0.0))]
+    if gv is not None:
+        fw, vg = _temps(ctx, (n, n), "evf", "evg")
+        f += [Assign(Ref(fw), (1.0 - eye) / (_row_of(w) - _col_of(w) + eye)),
+              Call("matmul", [rules._swap_last(v), gv], [vg]), Assign(Ref(inner), _read(fw) * _read(vg))]
+    if gw is not None:
+        f.append(Assign(Ref(inner), eye * _row_of(gw), accumulate=True))
+    f += [Call("matmul", [v, _read(inner)], [t]), Call("matmul", [_read(t), rules._swap_last(v)], [m]),
+          Assign(Ref(both), _read(m) + _transposed(m) - eye * _read(m)),
+          Call("tril" if call.attrs["lower"] else "triu", [_read(both)], [res], {"k": 0})]
+    return _derived(ctx, f, [res], touts)
+
+
+def _row_of(e):
+    """A Read of vector expression ``e`` (a Read) as a row (1, n)."""
+    return Read(Ref(e.ref.container, [NewAxis()] + list(e.ref.items), e.ref.perm))
+
+
+def _col_of(e):
+    return Read(Ref(e.ref.container, list(e.ref.items) + [NewAxis()], e.ref.perm))
+
+
+def _jvp_svd_vjp(ctx, call, touts):
+    """Townsend's adjoint (``backends.linalg_runtime.svd_vjp``), differentiated."""
+    u, s, vh = call.inputs[:3]
+    gu, gs, gvh = _given_inputs(call, 3)
+    m, k, n = u.shape[0], s.shape[0], vh.shape[1]
+    make, eye = _eye(ctx, k)
+    inner, = _temps(ctx, (k, k), "svi")
+    ga, res, ui = _temps(ctx, (m, n), "sva", "svr", "svu")
+    f = [make, Assign(Ref(inner), Const(0.0)), Assign(Ref(ga), Const(0.0))]
+    if gs is not None:
+        f.append(Assign(Ref(inner), eye * _row_of(gs), accumulate=True))
+    if gu is not None or gvh is not None:
+        fs, = _temps(ctx, (k, k), "svf")
+        srow, scol = _row_of(s), _col_of(s)
+        f.append(Assign(Ref(fs), (1.0 - eye) / (srow * srow - scol * scol + eye)))
+        if gu is not None:
+            ug, = _temps(ctx, (k, k), "svug")
+            f += [Call("matmul", [rules._swap_last(u), gu], [ug]),
+                  Assign(Ref(inner), _read(fs) * (_read(ug) - _transposed(ug)) * srow, accumulate=True)]
+            if not _known_equal(m, k):
+                uug, rest, = _temps(ctx, (m, k), "svuu", "svre")
+                ext, = _temps(ctx, (m, n), "svex")
+                f += [Call("matmul", [u, _read(ug)], [uug]), Assign(Ref(rest), (gu - _read(uug)) / srow),
+                      Call("matmul", [_read(rest), vh], [ext]), Assign(Ref(ga), _read(ext), accumulate=True)]
+        if gvh is not None:
+            vg, = _temps(ctx, (k, k), "svvg")
+            f += [Call("matmul", [vh, rules._swap_last(gvh)], [vg]),
+                  Assign(Ref(inner), scol * (_read(fs) * (_read(vg) - _transposed(vg))), accumulate=True)]
+            if not _known_equal(n, k):
+                us, = _temps(ctx, (m, k), "svus")
+                vv, rest = _temps(ctx, (k, n), "svvv", "svrv")
+                ext, = _temps(ctx, (m, n), "svev")
+                f += [Assign(Ref(us), u / srow), Call("matmul", [_transposed(vg), vh], [vv]),
+                      Assign(Ref(rest), gvh - _read(vv)), Call("matmul", [_read(us), _read(rest)], [ext]),
+                      Assign(Ref(ga), _read(ext), accumulate=True)]
+    f += [Call("matmul", [u, _read(inner)], [ui]), Call("matmul", [_read(ui), vh], [res]),
+          Assign(Ref(res), _read(ga), accumulate=True)]
+    return _derived(ctx, f, [res], touts)
+
+
 # ------------------------------------------------------------- the table
 
 
@@ -331,14 +429,14 @@ LINALG_CALLS = {
         doc="eigenvalues and eigenvectors of a symmetric matrix, from one triangle (LAPACK syevd)"),
     "eigh_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.eigh_vjp({', '.join(_args(i, _flags(a), 2))}, {a['lower']})",
-        flops=lambda c, size: 4 * _cube(c, size) // 3, doc="adjoint of eigh (Giles 2008)"),
+        jvp=_jvp_eigh_vjp, flops=lambda c, size: 4 * _cube(c, size) // 3, doc="adjoint of eigh (Giles 2008)"),
     "svd": rules.CallRule(
         lambda i, a: f"tuple(np.linalg.svd({i[0]}, full_matrices=False))", _vjp_svd, jvp=_jvp_svd,
         flops=lambda c, size: 12 * _cube(c, size),
         doc="reduced singular value decomposition (LAPACK gesdd)"),
     "svd_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.svd_vjp({', '.join(_args(i, _flags(a), 3))})",
-        flops=lambda c, size: 8 * _cube(c, size), doc="adjoint of svd (Townsend 2016)"),
+        jvp=_jvp_svd_vjp, flops=lambda c, size: 8 * _cube(c, size), doc="adjoint of svd (Townsend 2016)"),
     "qr": rules.CallRule(
         lambda i, a: f"tuple(np.linalg.qr({i[0]}))", _vjp_qr, jvp=_jvp_qr, flops=lambda c, size: 4 * _cube(c, size),
         doc="reduced QR factorisation (LAPACK geqrf, orgqr)"),
