@@ -414,6 +414,107 @@ def _jvp_svd_vjp(ctx, call, touts):
     return _derived(ctx, f, [res], touts)
 
 
+def _block(c, rows, cols):
+    """A Read of ``c[rows[0]:rows[0]+rows[1], cols[0]:cols[0]+cols[1]]``."""
+    return Read(Ref(c, [Slice(*rows), Slice(*cols)]))
+
+
+def _qr_tall_formula(ctx, q, r, gq, gr, res):
+    """Statements ``res = (gq + q copyltu(r gr' - gq' q)) r^-T`` (``_qr_tall_vjp``); ``gq``/``gr``
+    Reads or None (zero)."""
+    m, k = q.shape
+    mm, low, strict, c = _temps(ctx, (k, k), "qvm", "qvl", "qvs", "qvc")
+    b, = _temps(ctx, (m, k), "qvb")
+    rest, = _temps(ctx, (k, m), "qvt")
+    f = [Assign(Ref(mm), Const(0.0))]
+    if gr is not None:
+        rg, = _temps(ctx, (k, k), "qvrg")
+        f += [Call("matmul", [r, rules._swap_last(gr)], [rg]), Assign(Ref(mm), _read(rg), accumulate=True)]
+    if gq is not None:
+        gqq, = _temps(ctx, (k, k), "qvgq")
+        f += [Call("matmul", [rules._swap_last(gq), q], [gqq]), Assign(Ref(mm), -_read(gqq), accumulate=True)]
+    f += [Call("tril", [_read(mm)], [low], {"k": 0}), Call("tril", [_read(mm)], [strict], {"k": -1}),
+          Assign(Ref(c), _read(low) + _transposed(strict)), Call("matmul", [q, _read(c)], [b])]
+    if gq is not None:
+        f.append(Assign(Ref(b), gq, accumulate=True))
+    return f + [Call("solve_triangular", [r, _transposed(b)], [rest], {"lower": False, "trans": 0, "unit": False}),
+                Assign(res, Read(Ref(rest, Ref(rest).items, (1, 0))))]
+
+
+def _jvp_qr_vjp(ctx, call, touts):
+    """The adjoint of qr (``backends.linalg_runtime.qr_vjp``), differentiated; for a wide ``a``
+    through the square factorisation of its first ``k`` columns."""
+    q, r = call.inputs[:2]
+    gq, gr = _given_inputs(call, 2)
+    m, k, n = q.shape[0], r.shape[0], r.shape[1]
+    res, = _temps(ctx, (m, n), "qvr")
+    if _known_equal(k, n):
+        return _derived(ctx, _qr_tall_formula(ctx, q, r, gq, gr, Ref(res)), [res], touts)
+    if const_value(k) is None or const_value(n) is None:
+        raise UnsupportedError("forward mode over the adjoint of qr needs the matrix's shape known when "
+                               "captured")
+    k, n = int(const_value(k)), int(const_value(n))
+    rr, = _temps(ctx, (k, n), "qvrr")
+    f = [Assign(Ref(rr), r)]
+    gqk, grk = None, None
+    if gr is not None:
+        gg, = _temps(ctx, (k, n), "qvgr")
+        qrv, qgv = _temps(ctx, (m, k), "qvqv", "qvqg")
+        qg, = _temps(ctx, (m, n - k), "qvqg")
+        f += [Assign(Ref(gg), gr), Call("matmul", [q, _block(rr, (0, k), (k, n - k))], [qrv]),
+              Call("matmul", [_read(qrv), Read(Ref(gg, [Slice(0, k), Slice(k, n - k)], (1, 0)))], [qgv]),
+              Call("matmul", [q, _block(gg, (0, k), (k, n - k))], [qg]),
+              Assign(Ref(res, [Slice(0, m), Slice(k, n - k)]), _read(qg))]
+        gqk = _read(qgv) if gq is None else gq + _read(qgv)
+        grk = _block(gg, (0, k), (0, k))
+    else:
+        f.append(Assign(Ref(res, [Slice(0, m), Slice(k, n - k)]), Const(0.0)))
+        gqk = gq
+    if gqk is not None and not isinstance(gqk, Read):
+        tmp, = _temps(ctx, (m, k), "qvgk")
+        f.append(Assign(Ref(tmp), gqk))
+        gqk = _read(tmp)
+    if grk is not None:
+        tmp, = _temps(ctx, (k, k), "qvrk")
+        f.append(Assign(Ref(tmp), grk))
+        grk = _read(tmp)
+    rk, = _temps(ctx, (k, k), "qvrk")
+    f.append(Assign(Ref(rk), _block(rr, (0, k), (0, k))))
+    f += _qr_tall_formula(ctx, q, _read(rk), gqk, grk, Ref(res, [Slice(0, m), Slice(0, k)]))
+    return _derived(ctx, f, [res], touts)
+
+
+def _jvp_lstsq_vjp(ctx, call, touts):
+    """The adjoint of lstsq (``backends.linalg_runtime.lstsq_vjp``), differentiated."""
+    a, b, x = call.inputs[:3]
+    gx, gs = _given_inputs(call, 3)
+    rcond = call.inputs[-1]
+    m, n = a.shape
+    at = rules._swap_last(a)
+    ga, = _temps(ctx, (m, n), "lva")
+    gb = ctx.temp(b.shape, np.float64, "lvb")
+    f = [Assign(Ref(ga), Const(0.0)), Assign(Ref(gb), Const(0.0))]
+    if gx is not None:
+        u, y, agx, ax, r = (ctx.temp(b.shape, np.float64, h) for h in ("lvu", "lvy", "lvag", "lvax", "lvr"))
+        p, z, qq = (ctx.temp(x.shape, np.float64, h) for h in ("lvp", "lvz", "lvq"))
+        o1, o2, o3 = _temps(ctx, (m, n), "lvo1", "lvo2", "lvo3")
+        f += [_lstsq_call(ctx, at, gx, rcond, u), _lstsq_call(ctx, a, _read(u), rcond, p),
+              _lstsq_call(ctx, at, x, rcond, y), Call("matmul", [a, gx], [agx]),
+              _lstsq_call(ctx, a, _read(agx), rcond, z), Assign(Ref(qq), gx - _read(z)),
+              Call("matmul", [a, x], [ax]), Assign(Ref(r), b - _read(ax)),
+              _outer(ctx, _read(u), x, o1), _outer(ctx, _read(r), _read(p), o2), _outer(ctx, _read(y), _read(qq), o3),
+              Assign(Ref(ga), _read(o2) + _read(o3) - _read(o1)), Assign(Ref(gb), _read(u))]
+    if gs is not None:
+        k = gs.shape[0]
+        uu, us = _temps(ctx, (m, k), "lvsu", "lvus")
+        ss, = _temps(ctx, (k,), "lvss")
+        vh, = _temps(ctx, (k, n), "lvsv")
+        gsv, = _temps(ctx, (m, n), "lvsg")
+        f += [Call("svd", [a], [uu, ss, vh]), Assign(Ref(us), _read(uu) * _row_of(gs)),
+              Call("matmul", [_read(us), _read(vh)], [gsv]), Assign(Ref(ga), _read(gsv), accumulate=True)]
+    return _derived(ctx, f, [ga, gb], touts)
+
+
 # ------------------------------------------------------------- the table
 
 
@@ -442,14 +543,15 @@ LINALG_CALLS = {
         doc="reduced QR factorisation (LAPACK geqrf, orgqr)"),
     "qr_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.qr_vjp({', '.join(_args(i, _flags(a), 2))})",
-        flops=lambda c, size: 6 * _cube(c, size), doc="adjoint of qr (Walter and Lehmann 2018, Liao et al. 2019)"),
+        jvp=_jvp_qr_vjp, flops=lambda c, size: 6 * _cube(c, size),
+        doc="adjoint of qr (Walter and Lehmann 2018, Liao et al. 2019)"),
     "lstsq": rules.CallRule(
         lambda i, a: f"_rt.linalg.lstsq({i[0]}, {i[1]}, {i[2]})", _vjp_lstsq, jvp=_jvp_lstsq,
         flops=lambda c, size: 12 * _cube(c, size),
         doc="least-squares solution, rank and singular values (LAPACK gelsd)"),
     "lstsq_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.lstsq_vjp({', '.join(_args(i[:-1], _flags(a), 3))}, {i[-1]})",
-        flops=lambda c, size: 48 * _cube(c, size),
+        jvp=_jvp_lstsq_vjp, flops=lambda c, size: 48 * _cube(c, size),
         doc="adjoint of lstsq (derivative of the pseudo-inverse, Golub and Pereyra 1973)"),
     "solve_triangular": rules.CallRule(
         lambda i, a: f"_rt.linalg.solve_triangular({i[0]}, {i[1]}, {a['lower']}, {a['trans']}, {a['unit']})",
