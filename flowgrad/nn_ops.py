@@ -29,7 +29,7 @@ from .autodiff import rules
 from .backends import native_calls
 from .backends import runtime as numpy_runtime
 from .backends.numpy import dtype_src
-from .ir.core import Assign, Call, Read, Ref, const_value, op
+from .ir.core import Assign, Call, Const, Read, Ref, const_value, op
 
 # ================================================================ NumPy helpers (``_rt.nn.<name>``)
 
@@ -161,6 +161,23 @@ def pool_grad(g, x, y, mode, kernel, stride, padding, dilation):
     return _crop(acc, size, padding)
 
 
+def pool_jvp(t, x, kernel, stride, padding, dilation):
+    """The tangent of max pooling: each window's is the tangent ``t`` of its first maximal element
+    of ``x`` (the element ``pool_grad`` gives the window's adjoint)."""
+    x, t = np.asarray(x), np.asarray(t)
+    xp, tp = _pad(x, padding, -np.inf), _pad(t, padding, 0.0)
+    out = _out_shape(x.shape[2:], kernel, stride, padding, dilation)
+    best = acc = None
+    for k in np.ndindex(*kernel):
+        where = (slice(None), slice(None)) + _offset(k, dilation, stride, out)
+        if best is None:
+            best, acc = xp[where].copy(), tp[where].copy()
+            continue
+        better = xp[where] > best
+        best, acc = np.where(better, xp[where], best), np.where(better, tp[where], acc)
+    return acc
+
+
 def max_first_grad(g, x, axis):
     """``g`` placed at the first maximal element of ``x`` along ``axis`` (zeros elsewhere)."""
     x = np.asarray(x)
@@ -220,6 +237,33 @@ def _vjp_pool(ctx, call, gouts):
 def _vjp_max_first(ctx, call, gouts):
     (x,), (g,) = call.inputs, gouts
     return ctx.via_temp(x, "max_first_grad", [Read(Ref(g)), x], attrs=dict(call.attrs))
+
+
+def _vjp_pool_jvp(ctx, call, gouts):
+    """``pool_jvp`` is linear in its tangent operand: the transpose is ``pool_grad`` (max)."""
+    (t, x), (g,) = call.inputs, gouts
+    y = ctx.temp(g.shape, g.dtype, "pmax")
+    return [Call("pool", [x], [y], dict(call.attrs, mode="max"))] + \
+        ctx.via_temp(t, "pool_grad", [Read(Ref(g)), x, Read(Ref(y))], attrs=dict(call.attrs, mode="max"))
+
+
+def _jvp_pool(ctx, call, touts):
+    """Sum pooling is linear; max pooling takes each window's first maximal element's tangent."""
+    (x,), (t,) = call.inputs, touts
+    if call.attrs["mode"] == "sum":
+        return [Call("pool", [ctx.tangent(x)], [t], dict(call.attrs))]
+    attrs = {k: v for k, v in call.attrs.items() if k != "mode"}
+    return [Call("pool_jvp", [ctx.tangent(x), x], [t], attrs)]
+
+
+def _jvp_max_first(ctx, call, touts):
+    """The tangent of the first maximal element: ``sum(onehot * tx, axis)``, the one-hot mask
+    being ``max_first_grad`` of ones."""
+    (x,), (t,) = call.inputs, touts
+    axis = call.attrs["axis"]
+    ones, hot = ctx.temp(t.shape, t.dtype, "ones"), ctx.temp(x.shape, t.dtype, "hot")
+    return [Assign(Ref(ones), Const(1.0)), Call("max_first_grad", [Read(Ref(ones)), x], [hot], {"axis": axis}),
+            Call("sum", [Read(Ref(hot)) * ctx.tangent(x)], [t], {"axis": (axis,), "keepdims": False})]
 
 
 def _vjp_erf(ctx, call, gouts):
@@ -304,16 +348,21 @@ NN_CALLS = {
         doc="adjoint of conv w.r.t. its weight (im2col + GEMM)"),
     "pool": rules.CallRule(
         lambda i, a: f"_rt.nn.pool({i[0]}, {a['mode']!r}, {tuple(a['kernel'])!r}, {_geom_src(a)})", _vjp_pool,
+        jvp=_jvp_pool,
         doc="max or sum over sliding windows (max / average pooling)"),
     "pool_grad": rules.CallRule(
         lambda i, a: f"_rt.nn.pool_grad({i[0]}, {i[1]}, {i[2]}, {a['mode']!r}, {tuple(a['kernel'])!r}, "
-                     f"{_geom_src(a)})",
+                     f"{_geom_src(a)})", jvp=rules.jvp_linear(0),
         doc="adjoint of pool (max: to the first maximal element of each window)"),
+    "pool_jvp": rules.CallRule(
+        lambda i, a: f"_rt.nn.pool_jvp({i[0]}, {i[1]}, {tuple(a['kernel'])!r}, {_geom_src(a)})", _vjp_pool_jvp,
+        jvp=rules.jvp_linear(0), doc="tangent of max pooling: each window's first maximal element's tangent"),
     "max_first": rules.CallRule(
-        lambda i, a: f"np.max({i[0]}, axis={a['axis']})", _vjp_max_first,
+        lambda i, a: f"np.max({i[0]}, axis={a['axis']})", _vjp_max_first, jvp=_jvp_max_first,
         doc="maximum over one axis; the adjoint goes to the first maximal element (torch.max(x, dim))"),
     "max_first_grad": rules.CallRule(
-        lambda i, a: f"_rt.nn.max_first_grad({i[0]}, {i[1]}, {a['axis']})", doc="adjoint of max_first"),
+        lambda i, a: f"_rt.nn.max_first_grad({i[0]}, {i[1]}, {a['axis']})", jvp=rules.jvp_linear(0),
+        doc="adjoint of max_first"),
     "max_const": rules.CallRule(
         lambda i, a: f"np.max({i[0]}, axis={a['axis']!r}, keepdims={a['keepdims']!r})", _no_vjp, jvp=rules.jvp_zero,
         doc="maximum treated as a constant (the shift of a stable softmax, exact there)"),
@@ -535,6 +584,28 @@ def _lower_pool_grad(low, s, ind):
     low.line(f"{c.name}[{', '.join(names[:2] + at)}] += {gval}", inner + 1)
 
 
+def _lower_pool_jvp(low, s, ind):
+    t, x = s.inputs
+    c = s.outputs[0]
+    a = s.attrs
+    size = _ints(x.shape)[2:]
+    _alloc(low, c, ind)
+    names, inner = low.nest(c.shape, ind, "o")
+    best, at = low.fresh("best"), [low.fresh("at") for _ in size]
+    low.line(f"{best} = -np.inf", inner)
+    for p in at:
+        low.line(f"{p} = -1", inner)
+    ks, kin = _loops(low, a["kernel"], inner, "k")
+    pos = _positions(low, a, names[2:], ks, kin)
+    low.line(f"if {_inside(pos, size)}:", kin)
+    low.line(f"if {low.elem(x, names[:2] + pos, x.shape)} > {best}:", kin + 1)
+    low.line(f"{best} = {low.elem(x, names[:2] + pos, x.shape)}", kin + 2)
+    for p, q in zip(at, pos):
+        low.line(f"{p} = {q}", kin + 2)
+    low.line(f"{c.name}[{', '.join(names)}] = {low.elem(t, names[:2] + at, t.shape)} if {at[0]} >= 0 else 0.0",
+             inner)
+
+
 def _argmax_loop(low, x, axis, outer, ind):
     """Emit a scan for the first maximum of ``x`` along ``axis`` at the outer position; returns its names."""
     best, arg, k = low.fresh("best"), low.fresh("arg"), low.fresh("k")
@@ -619,6 +690,7 @@ def _scalar_erf(v):
 NN_LOWERING = {
     "linear": _lower_linear, "conv": _lower_conv, "conv_grad_input": _lower_conv_grad_input,
     "conv_grad_weight": _lower_conv_grad_weight, "pool": _lower_pool, "pool_grad": _lower_pool_grad,
+    "pool_jvp": _lower_pool_jvp,
     "max_first": _lower_max_first, "max_first_grad": _lower_max_first_grad, "max_const": _lower_max_const,
     "activation": _lower_activation, "erf": _lower_erf, "stop_gradient": _lower_elementwise("{}"),
 }
