@@ -64,9 +64,10 @@ FFT_CALLS = {
                             _vjp_irfft, jvp=rules.jvp_linear(0), flops=_flops, complex=True,
                             doc="inverse of rfft: n real values from n // 2 + 1 frequencies"),
     "rfft_vjp": rules.CallRule(lambda i, a: f"_rt.fft.rfft_vjp({i[0]}, {a['n']}, {a['axis']}, {a['norm']!r})",
-                               jvp=rules.jvp_linear(0), flops=_flops, complex=True, doc="adjoint of rfft"),
+                               jvp=rules.jvp_linear(0), adjoint_of="rfft", flops=_flops, complex=True,
+                               doc="adjoint of rfft"),
     "irfft_vjp": rules.CallRule(lambda i, a: f"_rt.fft.irfft_vjp({i[0]}, {a['n']}, {a['axis']}, {a['norm']!r})",
-                                jvp=rules.jvp_linear(0), flops=_flops, complex=True,
+                                jvp=rules.jvp_linear(0), adjoint_of="irfft", flops=_flops, complex=True,
                                 doc="adjoint of irfft (JAX's rule)"),
 }
 

@@ -180,7 +180,8 @@ def _jvp_eigh(ctx, call, touts):
     make, eye = _eye(ctx, n)
     stmts, sym = _symmetric_tangent(ctx, ctx.tangent(a), n, call.attrs["lower"])
     q, p = _temps(ctx, (n, n), "teq", "tep")
-    stmts = [make] + stmts + [Call("matmul", [_transposed(v), _read(sym)], [q]), Call("matmul", [_read(q), _read(v)], [p])]
+    stmts = [make] + stmts + [Call("matmul", [_transposed(v), _read(sym)], [q]),
+                              Call("matmul", [_read(q), _read(v)], [p])]
     if tw is not None:
         stmts.append(Call("sum", [_read(p) * eye], [tw], {"axis": (1,), "keepdims": False}))
     if tv is not None:
@@ -530,20 +531,22 @@ LINALG_CALLS = {
         doc="eigenvalues and eigenvectors of a symmetric matrix, from one triangle (LAPACK syevd)"),
     "eigh_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.eigh_vjp({', '.join(_args(i, _flags(a), 2))}, {a['lower']})",
-        jvp=_jvp_eigh_vjp, flops=lambda c, size: 4 * _cube(c, size) // 3, doc="adjoint of eigh (Giles 2008)"),
+        jvp=_jvp_eigh_vjp, adjoint_of="eigh", flops=lambda c, size: 4 * _cube(c, size) // 3,
+        doc="adjoint of eigh (Giles 2008)"),
     "svd": rules.CallRule(
         lambda i, a: f"tuple(np.linalg.svd({i[0]}, full_matrices=False))", _vjp_svd, jvp=_jvp_svd,
         flops=lambda c, size: 12 * _cube(c, size),
         doc="reduced singular value decomposition (LAPACK gesdd)"),
     "svd_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.svd_vjp({', '.join(_args(i, _flags(a), 3))})",
-        jvp=_jvp_svd_vjp, flops=lambda c, size: 8 * _cube(c, size), doc="adjoint of svd (Townsend 2016)"),
+        jvp=_jvp_svd_vjp, adjoint_of="svd", flops=lambda c, size: 8 * _cube(c, size),
+        doc="adjoint of svd (Townsend 2016)"),
     "qr": rules.CallRule(
         lambda i, a: f"tuple(np.linalg.qr({i[0]}))", _vjp_qr, jvp=_jvp_qr, flops=lambda c, size: 4 * _cube(c, size),
         doc="reduced QR factorisation (LAPACK geqrf, orgqr)"),
     "qr_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.qr_vjp({', '.join(_args(i, _flags(a), 2))})",
-        jvp=_jvp_qr_vjp, flops=lambda c, size: 6 * _cube(c, size),
+        jvp=_jvp_qr_vjp, adjoint_of="qr", flops=lambda c, size: 6 * _cube(c, size),
         doc="adjoint of qr (Walter and Lehmann 2018, Liao et al. 2019)"),
     "lstsq": rules.CallRule(
         lambda i, a: f"_rt.linalg.lstsq({i[0]}, {i[1]}, {i[2]})", _vjp_lstsq, jvp=_jvp_lstsq,
@@ -551,7 +554,7 @@ LINALG_CALLS = {
         doc="least-squares solution, rank and singular values (LAPACK gelsd)"),
     "lstsq_vjp": rules.CallRule(
         lambda i, a: f"_rt.linalg.lstsq_vjp({', '.join(_args(i[:-1], _flags(a), 3))}, {i[-1]})",
-        jvp=_jvp_lstsq_vjp, flops=lambda c, size: 48 * _cube(c, size),
+        jvp=_jvp_lstsq_vjp, adjoint_of="lstsq", flops=lambda c, size: 48 * _cube(c, size),
         doc="adjoint of lstsq (derivative of the pseudo-inverse, Golub and Pereyra 1973)"),
     "solve_triangular": rules.CallRule(
         lambda i, a: f"_rt.linalg.solve_triangular({i[0]}, {i[1]}, {a['lower']}, {a['trans']}, {a['unit']})",

@@ -344,7 +344,7 @@ NN_CALLS = {
         doc="adjoint of conv w.r.t. its input (a GEMM per kernel offset); also the transposed convolution"),
     "conv_grad_weight": rules.CallRule(
         lambda i, a: f"_rt.nn.conv_grad_weight({i[0]}, {i[1]}, {tuple(a['wshape'])!r}, {_geom_src(a)}, "
-                     f"{a['groups']})", jvp=rules.jvp_linear(0, 1),
+                     f"{a['groups']})", jvp=rules.jvp_linear(0, 1), adjoint_of="conv",
         doc="adjoint of conv w.r.t. its weight (im2col + GEMM)"),
     "pool": rules.CallRule(
         lambda i, a: f"_rt.nn.pool({i[0]}, {a['mode']!r}, {tuple(a['kernel'])!r}, {_geom_src(a)})", _vjp_pool,
@@ -352,7 +352,7 @@ NN_CALLS = {
         doc="max or sum over sliding windows (max / average pooling)"),
     "pool_grad": rules.CallRule(
         lambda i, a: f"_rt.nn.pool_grad({i[0]}, {i[1]}, {i[2]}, {a['mode']!r}, {tuple(a['kernel'])!r}, "
-                     f"{_geom_src(a)})", jvp=rules.jvp_linear(0),
+                     f"{_geom_src(a)})", jvp=rules.jvp_linear(0), adjoint_of="pool",
         doc="adjoint of pool (max: to the first maximal element of each window)"),
     "pool_jvp": rules.CallRule(
         lambda i, a: f"_rt.nn.pool_jvp({i[0]}, {i[1]}, {tuple(a['kernel'])!r}, {_geom_src(a)})", _vjp_pool_jvp,
@@ -362,7 +362,7 @@ NN_CALLS = {
         doc="maximum over one axis; the adjoint goes to the first maximal element (torch.max(x, dim))"),
     "max_first_grad": rules.CallRule(
         lambda i, a: f"_rt.nn.max_first_grad({i[0]}, {i[1]}, {a['axis']})", jvp=rules.jvp_linear(0),
-        doc="adjoint of max_first"),
+        adjoint_of="max_first", doc="adjoint of max_first"),
     "max_const": rules.CallRule(
         lambda i, a: f"np.max({i[0]}, axis={a['axis']!r}, keepdims={a['keepdims']!r})", _no_vjp, jvp=rules.jvp_zero,
         doc="maximum treated as a constant (the shift of a stable softmax, exact there)"),

@@ -107,6 +107,14 @@ PARTIALS = {
 ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "floor_divide", "less", "less_equal",
                    "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
                    "logical_not", "isnan", "isfinite", "int64", "int32", "bool"}
+# Elementwise primitives that need no partials, and why: ``missing_rules`` (and its test) holds
+# every other one to having them.
+NO_PARTIALS = {
+    "checked_index": "an integer index, bounds-checked: never differentiated",
+    # only digamma's derivative; its own (polygamma(2, x)) is not an op yet, so a third derivative
+    # of gammaln is refused with the op's name
+    "trigamma": "digamma's derivative; its own derivative (polygamma(2, x)) is not provided",
+}
 # FLOPs per element; transcendental functions count as several.
 ELEMENTWISE_FLOPS = {n: (8 if ELEMENTWISE[n][1] in ("float", "real_float") and n != "divide" else 1)
                      for n in ELEMENTWISE}
@@ -125,11 +133,17 @@ class CallRule:
     inplace: outputs[0] is also read and updated (not overwritten wholesale).
     complex: it takes complex operands (on both backends, its vjp in JAX's convention); a call of
     another op on complex values is refused (``passes.complex_calls``).
+    exempt: why the op needs neither tangent nor adjoint (integer results, run-time checks,
+    bookkeeping created after differentiation); empty for a differentiable op.
+    adjoint_of: for a call that is another op's adjoint (it appears only in gradient programs), that
+    op: it needs a tangent (forward over reverse: ``hvp``, ``hessian``) but no adjoint of its own,
+    reverse over reverse being not built.
     """
 
-    def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False, jvp=None):
+    def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False, jvp=None, exempt="",
+                 adjoint_of=None):
         self.numpy, self.vjp, self.inplace, self.doc, self.complex = numpy, vjp, inplace, doc, complex
-        self.jvp = jvp
+        self.jvp, self.exempt, self.adjoint_of = jvp, exempt, adjoint_of
         self.flops = flops or (lambda call, size: size(call.outputs[0].shape))
 
 
@@ -581,20 +595,26 @@ def _gather_index(ins, attrs):
 CALLS = {
     "sum": CallRule(_red("sum"), _vjp_sum, jvp=jvp_linear(0), complex=True, doc="sum over axes"),
     "prod": CallRule(_red("prod"), _vjp_prod, jvp=_jvp_prod, complex=True, doc="product over axes"),
-    "check_index": CallRule(lambda i, a: f"_rt.check_index({', '.join(i)})", flops=lambda call, size: 0,
+    "check_index": CallRule(lambda i, a: f"_rt.check_index({', '.join(i)})",
+                            exempt="a run-time bounds check: no values",
+                            flops=lambda call, size: 0,
                             doc="raises IndexError unless each (first, last, n) triple of its inputs has "
                                 "first and last within -n .. n - 1 (an index checked ahead of its loop)"),
     "check_sizes": CallRule(lambda i, a: f"_rt.check_sizes({a['message']!r}, {', '.join(i)})",
+                            exempt="a run-time size check: no values",
                             flops=lambda call, size: 0,
                             doc="raises ValueError unless its inputs are pairwise equal (passes.checks)"),
     "max": CallRule(_red("max"), _vjp_extreme, jvp=_jvp_extreme, doc="maximum over axes"),
     "min": CallRule(_red("min"), _vjp_extreme, jvp=_jvp_extreme, doc="minimum over axes"),
-    "argmax": CallRule(lambda i, a: f"np.argmax({i[0]}, axis={a['axis']!r})", doc="index of maximum"),
-    "argmin": CallRule(lambda i, a: f"np.argmin({i[0]}, axis={a['axis']!r})", doc="index of minimum"),
-    "argsort": CallRule(lambda i, a: f"np.argsort({i[0]}, axis=-1, kind='stable')",
+    "argmax": CallRule(lambda i, a: f"np.argmax({i[0]}, axis={a['axis']!r})", exempt="an integer result",
+                       doc="index of maximum"),
+    "argmin": CallRule(lambda i, a: f"np.argmin({i[0]}, axis={a['axis']!r})", exempt="an integer result",
+                       doc="index of minimum"),
+    "argsort": CallRule(lambda i, a: f"np.argsort({i[0]}, axis=-1, kind='stable')", exempt="an integer result",
                         flops=lambda call, size: 20 * size(call.outputs[0].shape),
                         doc="positions that sort the last axis (stable); sorts are gathers by them"),
     "searchsorted": CallRule(lambda i, a: f"np.searchsorted({i[0]}, {i[1]}, side={a['side']!r})",
+                             exempt="an integer result",
                              flops=lambda call, size: 20 * size(call.outputs[0].shape),
                              doc="insertion positions of values into a sorted vector"),
     "matmul": CallRule(lambda i, a: f"np.matmul({i[0]}, {i[1]})", _vjp_matmul, jvp=jvp_linear(0, 1),
@@ -603,6 +623,7 @@ CALLS = {
                        (size(c.inputs[1].shape[-1:]) if len(c.inputs[1].shape) > 1 else 1),
                        complex=True, doc="matrix product (BLAS)"),
     "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})", jvp=jvp_linear(0, 1),
+                               adjoint_of="matmul",
                                flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
                                complex=True,
                                doc="sum over leading axes of a[..., :, :].T @ g[..., :, :] (one GEMM)"),
@@ -619,11 +640,13 @@ CALLS = {
                          flops=lambda c, size: size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                          doc="lower Cholesky factor (LAPACK; reads the lower triangle)"),
     "lu_factor": CallRule(lambda i, a: f"_rt.lu_factor({i[0]})",
+                          exempt="created after differentiation (hoisted out of a loop), never differentiated",
                           flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[0].shape[-1:]) // 3,
                           complex=True,
                           doc="LU factorisation of a matrix a loop solves with (hoisted out of the loop; "
                               "created after differentiation, never differentiated)"),
     "lu_solve": CallRule(lambda i, a: f"_rt.lu_solve({i[0]}, {i[1]}, {i[2]}, {a.get('trans', 0)})",
+                         exempt="created after differentiation (hoisted out of a loop), never differentiated",
                          flops=lambda c, size: 2 * size(c.inputs[0].shape) * max(1, size(c.inputs[2].shape[1:])),
                          complex=True,
                          doc="solve with a kept LU factorisation (two triangular solves); ``trans``: with the "
@@ -640,12 +663,14 @@ CALLS = {
     "einsum": CallRule(lambda i, a: f"np.einsum({a['subscripts']!r}, {', '.join(i)}, optimize=True)",
                        _vjp_einsum, jvp=_jvp_multilinear, complex=True, doc="Einstein summation"),
     "einsum_vjp": CallRule(lambda i, a: f"_rt.einsum_vjp({a['subscripts']!r}, {a['k']}, {', '.join(i)})",
-                           jvp=_jvp_einsum_vjp, complex=True, doc="adjoint of one einsum operand"),
-    "eye": CallRule(lambda i, a: f"np.eye({a['n']}, {a['m']}, {a['k']})", complex=True, doc="identity"),
-    "arange": CallRule(lambda i, a: f"np.arange({', '.join(i)})", doc="integer range"),
+                           jvp=_jvp_einsum_vjp, complex=True, adjoint_of="einsum", doc="adjoint of one einsum operand"),
+    "eye": CallRule(lambda i, a: f"np.eye({a['n']}, {a['m']}, {a['k']})", complex=True, exempt="a constant",
+                    doc="identity"),
+    "arange": CallRule(lambda i, a: f"np.arange({', '.join(i)})", exempt="an integer result", doc="integer range"),
     "gather": CallRule(lambda i, a: f"np.array({i[0]}[{_gather_index(i[1:], a)}])", _vjp_gather, jvp=jvp_linear(0),
                        complex=True, doc="integer-array indexing x[idx]"),
     "gather_last": CallRule(lambda i, a: f"_rt.gather_last({i[0]}, {_gather_index(i[1:], a)})", jvp=jvp_linear(0),
+                            adjoint_of="scatter",
                             complex=True, doc="gather where only the last duplicate index receives a value"),
     "add_at": CallRule(lambda i, a: f"np.add.at({{out}}, {_gather_index(i[1:], a)}, {i[0]})",
                        _vjp_add_at, jvp=_jvp_add_at, inplace=True, complex=True,
@@ -658,15 +683,19 @@ CALLS = {
                              jvp=_jvp_mask_scatter, inplace=True,
                              complex=True, doc="boolean-mask write y[m] = v"),
     "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", jvp=_jvp_mask_add, inplace=True,
+                         adjoint_of="mask_gather",
                          complex=True, doc="boolean-mask accumulate y[m] += v"),
     "bincount": CallRule(lambda i, a: f"np.bincount({i[0]}, {i[1] if len(i) > 1 else None}, minlength={a['length']})",
                          _vjp_bincount, jvp=_jvp_bincount, flops=lambda call, size: size(call.inputs[0].shape),
                          doc="np.bincount(x, weights): the number (total weight) of each value of x; the "
                              "output's length (at least max(x) + 1) is an attribute"),
-    "trip_count": CallRule(lambda i, a: f"len(range({i[0]}, {i[1]}, {i[2]}))", doc="iterations of a range"),
+    "trip_count": CallRule(lambda i, a: f"len(range({i[0]}, {i[1]}, {i[2]}))", exempt="an integer result",
+                          doc="iterations of a range"),
     "ckpt_slots": CallRule(lambda i, a: f"_ckpt.slots({i[0]}, {i[1]}, {i[2]})",
+                           exempt="checkpoint bookkeeping (integers)",
                            doc="snapshot slots a loop checkpoint schedule needs"),
     "ckpt_schedule": CallRule(lambda i, a: f"_ckpt.schedule_rows({i[0]}, {i[1]}, {i[2]})",
+                              exempt="checkpoint bookkeeping (integers)",
                               doc="the action rows of a loop checkpoint schedule, their count, and the rows "
                                   "and iterations the forward sweep runs"),
     "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])}, {_tuple_src(a['full'])})",
@@ -678,20 +707,54 @@ CALLS = {
 INPLACE_CALLS.update(name for name, rule in CALLS.items() if rule.inplace)
 
 
+def missing_rules(lowered=None) -> list:
+    """Every primitive without a rule it needs, as ``"op: what is missing"`` lines (empty when the
+    table is complete): elementwise primitives without partials, calls without a tangent (jvp),
+    without an adjoint (vjp; adjoint calls need none, ``CallRule.adjoint_of``) or, given the names
+    a backend lowers (``lowered``), without a lowering; ops that need neither (``NO_PARTIALS``,
+    ``CallRule.exempt``) say why in the table."""
+    missing = [f"{name}: no partials" for name in sorted(ELEMENTWISE)
+               if name not in PARTIALS and name not in ZERO_DERIVATIVE and name not in NO_PARTIALS]
+    for name, rule in sorted(CALLS.items()):
+        if lowered is not None and name not in lowered:
+            missing.append(f"{name}: no lowering")
+        if rule.exempt:
+            continue
+        if rule.jvp is None:
+            missing.append(f"{name}: no tangent (jvp)")
+        if rule.vjp is None and rule.adjoint_of is None:
+            missing.append(f"{name}: no adjoint (vjp)")
+    return missing
+
+
 def coverage() -> str:
     """A readable list of every primitive the rule table covers: for each elementwise primitive
     whether it has partials (which give both its tangent and its adjoint), for each call whether
-    it has an adjoint (vjp) and a tangent (jvp)."""
+    it has an adjoint (vjp) and a tangent (jvp), or why it needs none; then what is missing.
+
+    Returns:
+      The table as text (``flowgrad rules`` prints it).
+
+    Example:
+      >>> print(flowgrad.coverage())                                  # doctest: +SKIP
+    """
     lines = ["elementwise (partials: tangent and adjoint):"]
     for name in sorted(ELEMENTWISE):
-        kind = "partials" if name in PARTIALS else ("zero" if name in ZERO_DERIVATIVE else "MISSING")
+        kind = "partials" if name in PARTIALS else ("zero" if name in ZERO_DERIVATIVE else
+                                                    "none: " + NO_PARTIALS.get(name, "MISSING"))
         lines.append(f"  {name:14s} {kind}")
     lines.append("calls (adjoint, tangent):")
     for name, rule in sorted(CALLS.items()):
-        vjp = "vjp" if rule.vjp else "no adjoint"
+        if rule.exempt:
+            lines.append(f"  {name:18s} {'none: ' + rule.exempt:31s}  {rule.doc}")
+            continue
+        vjp = "vjp" if rule.vjp else (f"adjoint of {rule.adjoint_of}" if rule.adjoint_of else "no adjoint")
         jvp = "jvp" if rule.jvp else "no tangent"
-        lines.append(f"  {name:18s} {vjp:10s} {jvp:10s}  {rule.doc}")
+        lines.append(f"  {name:18s} {vjp:20s} {jvp:10s}  {rule.doc}")
+    missing = missing_rules()
+    lines.append("missing: " + ("nothing" if not missing else "; ".join(missing)))
     return "\n".join(lines)
 
 
-__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "CALLS", "CallRule", "coverage", "jvp_linear", "jvp_zero"]
+__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "NO_PARTIALS", "CALLS", "CallRule", "coverage", "missing_rules",
+           "jvp_linear", "jvp_zero"]
