@@ -8,7 +8,7 @@
     >>> g = flowgrad.grad(f, wrt="x")(np.linspace(0, 1, 8), 5)
 """
 from .api import explain, grad, jit, value_and_grad, vjp
-from .api_forward import hessian, hvp, jacfwd, jvp
+from .api_forward import hessian, hvp, jacfwd, jacrev, jvp, linearize
 from .autodiff.rules import coverage
 from .errors import FlowgradError, InputError, UnsupportedError
 from . import fft_ops  # noqa: F401 - registers the Fourier transforms' Call ops
@@ -19,7 +19,7 @@ from .frontends.onnx import from_onnx
 from .frontends.torch import from_torch
 
 __version__ = "0.1.0"
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "jvp", "jacfwd", "hvp", "hessian", "explain", "coverage", "from_torch", "from_onnx", "from_fortran",
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "jvp", "linearize", "jacfwd", "jacrev", "hvp", "hessian", "explain", "coverage", "from_torch", "from_onnx", "from_fortran",
            "FlowgradError",
            "InputError", "UnsupportedError"]
 

@@ -1,4 +1,5 @@
-"""Public API of forward mode: ``jvp``, ``jacfwd``, ``hvp`` and ``hessian`` (JAX's names and shapes).
+"""Public API of forward mode and of Jacobians: ``jvp``, ``linearize``, ``jacfwd``, ``jacrev``,
+``hvp`` and ``hessian`` (JAX's names and shapes).
 
 Each captures the function once per call signature, as ``grad`` does, and compiles its tangent
 program (``autodiff.forward``): the function's statements interleaved with their tangents, loops
@@ -12,7 +13,8 @@ import weakref
 import numpy as np
 
 from . import pytree
-from .api import DEFAULT_BACKEND, _Transform, _is_float_leaf, _scalar_result, _unpack_result
+from .api import (DEFAULT_BACKEND, _format_grads, _is_float_leaf, _run_vjp, _scalar_result, _Transform,
+                  _unpack_result)
 from .errors import InputError
 
 # one transform per function, wrt, backend and mode: a compiled program is reused across calls
@@ -131,6 +133,52 @@ def jvp(fn, primals, tangents, wrt=None, backend=None):
     return _unpack_result(entry, value), _tangent_out(entry, value, touts[0])
 
 
+def linearize(fn, *primals, wrt=None, backend=None):
+    """Evaluate ``fn(*primals)`` and return its linearisation there: a function giving the
+    Jacobian-vector product for any tangents, by the compiled tangent program (JAX's ``linearize``).
+
+    Args:
+      fn: a Python function using NumPy (loops, ``while``, branches, in-place updates, views).
+      *primals: the arguments at which to linearise.
+      wrt: names or positions of the arguments to differentiate (default: every argument that is,
+        or holds, a float array or a float).
+      backend: ``"native"`` (Numba; the default when installed) or ``"numpy"``.
+
+    Returns:
+      ``(out, f_jvp)``: ``fn(*primals)`` and ``f_jvp(*tangents)`` (one tangent per primal, as in
+      ``jvp``; those of arguments not differentiated are ignored) giving ``J @ tangents``. Each
+      call of ``f_jvp`` runs the tangent program compiled once, at the primals as they were when
+      ``linearize`` was called.
+
+    Example:
+      >>> out, f_jvp = flowgrad.linearize(lambda x: np.sin(x) * x, np.ones(3))     # doctest: +SKIP
+      >>> t = f_jvp(np.ones(3))                                                    # doctest: +SKIP
+    """
+    primals = tuple(np.array(p) if isinstance(p, np.ndarray) else p for p in primals)
+    probe = _transform(fn, (), backend, "jvp")
+    if wrt is None:
+        wrt = _default_wrt(probe, primals)
+    elif not isinstance(wrt, (tuple, list)):
+        wrt = (wrt,)
+    t = _transform(fn, tuple(wrt), backend, "jvp")
+    names, _ = t.wrt_names(primals)
+    arguments = t.bind(primals)
+    entry = t.compiled(primals, arguments)
+    zeros = {n: np.zeros_like(arguments[n]) if isinstance(arguments[n], np.ndarray) else 0.0 for n in names}
+    value, _ = _run(entry, primals, _seeds(entry, names, zeros, arguments))
+    out = _unpack_result(entry, value)
+
+    def f_jvp(*tangents):
+        if len(tangents) != len(primals):
+            raise InputError(f"the linearisation of {t.__name__} takes one tangent per primal: got {len(primals)} "
+                             f"primals and {len(tangents)} tangents")
+        by_name = dict(zip(t.params, tangents))
+        value, touts = _run(entry, primals, _seeds(entry, names, by_name, arguments))
+        return _tangent_out(entry, value, touts[0])
+
+    return out, f_jvp
+
+
 def _basis(shape, dtype):
     """The unit directions of an array (or scalar) of ``shape``, one at a time."""
     n = int(np.prod(shape, dtype=np.int64))
@@ -192,6 +240,57 @@ class jacfwd:
             rshape = np.shape(value)
             jac = np.stack(cols, axis=-1) if cols else np.zeros(rshape + (0,), np.result_type(entry.result.dtype))
             out.append(jac.reshape(rshape + np.shape(x)))
+        return out[0] if single else tuple(out)
+
+
+class jacrev:
+    """Make a function computing the Jacobian of ``fn`` by reverse mode, one row per output element
+    (a pullback of each unit cotangent); ``jacfwd``'s result, cheaper where outputs are fewer than
+    inputs.
+
+    Args:
+      fn: a Python function using NumPy, returning a float array or a float.
+      wrt: argument name or position, or a tuple of them (default 0); real float arrays or floats.
+      backend: ``"native"`` (the default when Numba is installed) or ``"numpy"``.
+
+    Returns:
+      ``jac(*args)``: the Jacobian of shape ``out.shape + x.shape`` (JAX's layout), or a tuple of
+      them for a tuple ``wrt``. The gradient program is compiled once and run once per output
+      element.
+
+    Example:
+      >>> J = flowgrad.jacrev(lambda x: np.cumsum(x * x))(np.ones(3))     # doctest: +SKIP
+    """
+
+    def __init__(self, fn, wrt=0, backend=None):
+        self.fn, self.wrt, self.backend = fn, wrt, backend
+        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, "reverse")
+        self.__name__ = getattr(fn, "__name__", "fn")
+
+    def __call__(self, *args):
+        t = self.t
+        names, single = t.wrt_names(args)
+        arguments = t.bind(args)
+        _real_wrt(t, names, arguments, "jacrev")
+        entry = t.compiled(args, arguments)
+        if entry.layout is not None:
+            raise InputError(f"jacrev of {self.__name__} requires an array or scalar result, but it returns a "
+                             f"{entry.layout.tree.kind}")
+        if entry.result.dtype.kind != "f":
+            raise InputError(f"jacrev of {self.__name__} requires a real float result, not {entry.result.dtype}")
+        value, pull = _run_vjp(entry, args)
+        rows = []
+        for e in _basis(np.shape(value), np.float64):
+            if rows:                  # a pullback runs once: the forward sweep again for the next row
+                _, pull = _run_vjp(entry, args)
+            grads = _format_grads(entry, pull(e), names, False, arguments)
+            rows.append([np.asarray(g, dtype=np.float64) for g in grads])
+        rshape = np.shape(value)
+        out = []
+        for k, name in enumerate(names):
+            xshape = np.shape(arguments[name])
+            jac = np.stack([r[k] for r in rows]) if rows else np.zeros((0,) + xshape)
+            out.append(jac.reshape(rshape + xshape))
         return out[0] if single else tuple(out)
 
 
@@ -270,4 +369,4 @@ class hessian:
         return np.asarray(rows, dtype=np.float64).reshape(np.shape(x) + np.shape(x))
 
 
-__all__ = ["jvp", "jacfwd", "hvp", "hessian"]
+__all__ = ["jvp", "linearize", "jacfwd", "jacrev", "hvp", "hessian"]

@@ -263,6 +263,65 @@ def test_jacfwd_tuple_wrt_and_scalar_result(backend):
     assert jx.shape == (5,) and np.shape(jc) == ()
 
 
+@pytest.mark.parametrize("name,fn,make,wrt", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_jacrev_equals_jacfwd(name, fn, make, wrt):
+    """Loops, ``while``, branches, in-place and shifted updates, scatters, solves: the Jacobian
+    row by row (reverse) equals it column by column (forward), in JAX's layout."""
+    args = make()
+    saved = copy.deepcopy(args)
+    forward = flowgrad.jacfwd(fn, wrt=wrt, backend="numpy")(*args)
+    reverse = flowgrad.jacrev(fn, wrt=wrt, backend="numpy")(*args)
+    assert isinstance(reverse, tuple) and len(reverse) == len(wrt)
+    out = fn(*copy.deepcopy(args))
+    for w, jf, jr in zip(wrt, forward, reverse):
+        x = args[fn.__code__.co_varnames.index(w)]
+        assert jr.shape == np.shape(out) + np.shape(x), f"{name}: {w}"
+        np.testing.assert_allclose(jr, jf, rtol=1e-9, atol=1e-12, err_msg=f"{name}: {w}")
+    for a, b in zip(args, saved):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_jacrev_single_wrt_and_scalar_result(backend):
+    def f(x, c):
+        return np.sum(np.sin(x) * c) + c ** 3
+    x = U(5)
+    jx = flowgrad.jacrev(f, backend=backend)(x, 0.4)
+    np.testing.assert_allclose(jx, flowgrad.grad(f, wrt=0, backend="numpy")(x, 0.4), rtol=1e-12)
+    assert jx.shape == (5,)
+
+
+def test_jacrev_refuses_a_tuple_result():
+    with pytest.raises(InputError, match="jacrev of pair requires an array or scalar result"):
+        def pair(x):
+            return x * 2.0, np.sum(x)
+        flowgrad.jacrev(pair, backend="numpy")(U(3))
+
+
+@pytest.mark.parametrize("name,fn,make,wrt", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_linearize_equals_jvp(name, fn, make, wrt):
+    args = make()
+    out, f_jvp = flowgrad.linearize(fn, *args, wrt=wrt, backend="numpy")
+    np.testing.assert_allclose(out, fn(*copy.deepcopy(args)), rtol=1e-12, atol=1e-12)
+    rng = np.random.default_rng(5)
+    positions = [fn.__code__.co_varnames.index(w) for w in wrt]
+    for _ in range(2):
+        tangents = [None] * len(args)
+        for p in positions:
+            tangents[p] = _direction(rng, args[p])
+        _, expected = flowgrad.jvp(fn, args, tangents, wrt=wrt, backend="numpy")
+        np.testing.assert_allclose(f_jvp(*tangents), expected, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_linearize_keeps_the_primals_and_checks_the_tangents():
+    x = U(4)
+    out, f_jvp = flowgrad.linearize(lambda x: np.sin(x) * x, x, backend="numpy")
+    x0 = x.copy()
+    x[:] = 7.0                       # the linearisation point is the value when linearize was called
+    np.testing.assert_allclose(f_jvp(np.ones(4)), np.cos(x0) * x0 + np.sin(x0), rtol=1e-12)
+    with pytest.raises(InputError, match="takes one tangent per primal: got 1 primals and 2 tangents"):
+        f_jvp(np.ones(4), np.ones(4))
+
+
 HVP_PROGRAMS = [
     ("heat", heat, lambda: (U(9, seed=1), 0.2, 6), "u"),
     ("heat_kappa", heat, lambda: (U(9, seed=1), 0.2, 6), "kappa"),
