@@ -382,7 +382,8 @@ def _jvp_svd_vjp(ctx, call, touts):
     m, k, n = u.shape[0], s.shape[0], vh.shape[1]
     make, eye = _eye(ctx, k)
     inner, = _temps(ctx, (k, k), "svi")
-    ga, res, ui = _temps(ctx, (m, n), "sva", "svr", "svu")
+    ga, res = _temps(ctx, (m, n), "sva", "svr")
+    ui, = _temps(ctx, (m, k), "svu")
     f = [make, Assign(Ref(inner), Const(0.0)), Assign(Ref(ga), Const(0.0))]
     if gs is not None:
         f.append(Assign(Ref(inner), eye * _row_of(gs), accumulate=True))
@@ -460,8 +461,8 @@ def _jvp_qr_vjp(ctx, call, touts):
     gqk, grk = None, None
     if gr is not None:
         gg, = _temps(ctx, (k, n), "qvgr")
-        qrv, qgv = _temps(ctx, (m, k), "qvqv", "qvqg")
-        qg, = _temps(ctx, (m, n - k), "qvqg")
+        qgv, = _temps(ctx, (m, k), "qvqg")
+        qrv, qg = _temps(ctx, (m, n - k), "qvqv", "qvqg")
         f += [Assign(Ref(gg), gr), Call("matmul", [q, _block(rr, (0, k), (k, n - k))], [qrv]),
               Call("matmul", [_read(qrv), Read(Ref(gg, [Slice(0, k), Slice(k, n - k)], (1, 0)))], [qgv]),
               Call("matmul", [q, _block(gg, (0, k), (k, n - k))], [qg]),

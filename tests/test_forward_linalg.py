@@ -1,6 +1,6 @@
-"""Forward mode through the matrix decompositions and max reductions: the tangent rules of
-``eigh``/``eigvalsh``, ``svd``/``svdvals``, ``qr``, ``lstsq``, max pooling and ``max_first``, and
-forward over reverse (``hvp``) through their adjoint calls.
+"""Forward mode through the matrix decompositions: the tangent rules of ``eigh``/``eigvalsh``,
+``svd``/``svdvals``, ``qr`` and ``lstsq``, and forward over reverse (``hvp``) through their
+adjoint calls.
 
 Oracles: central differences along random directions for ``jvp`` (matrices with distinct
 eigen- and singular values, of full rank); differences of the reverse-mode gradient for ``hvp``.
@@ -84,51 +84,19 @@ def test_hvp_of_linalg_programs(fn, args, wrt):
     check_hvp(fn, args, "numpy", wrt)
 
 
-# ---------------------------------------------------------------- max pooling and max_first
-
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
+NATIVE_FACTORS = [(eigh_factors, (S4,)), (svd_factors, (WIDE,)), (qr_factors, (WIDE,)), (lstsq_factors, (TALL, B62))]
 
 
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
+@pytest.mark.native
+@pytest.mark.parametrize("fn, args", NATIVE_FACTORS, ids=[fn.__name__ for fn, _ in NATIVE_FACTORS])
+def test_native_jvp_of_the_factors(fn, args):
+    check_jvp(fn, args, tuple(range(len(args))), "native", rtol=1e-5, atol=1e-6)
 
 
-def _pools(x):
-    return torch.cat([F.max_pool2d(x, 3, 2, 1).flatten(), F.avg_pool2d(x, 3, 2, 1).flatten(),
-                      F.max_pool2d(x, 2, dilation=2).flatten(), torch.max(x, dim=2).values.flatten(),
-                      torch.max(x, dim=3).values.flatten()])
+NATIVE_HVP = [CASES[0], CASES[4], CASES[7], CASES[9]]      # eigh, svd (wide), qr (wide), lstsq (tall)
 
 
-def _pool_loss(x):
-    return (F.max_pool2d(x, 3, 2, 1) ** 2).sum() + (torch.max(x, dim=3).values ** 3).sum()
-
-
-def _model_jvp(prog, x, tx, backend):
-    out, t = flowgrad.jvp(prog, (x,), (tx,), backend=backend)
-    return np.asarray(out), np.asarray(t)
-
-
-@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
-def test_jvp_of_max_pooling_and_max_first(backend):
-    """Max pooling and torch.max(x, dim): the tangent of each window's first maximal element,
-    against central differences (distinct values: no ties)."""
-    x = np.random.default_rng(0).permutation(2 * 3 * 7 * 6).reshape(2, 3, 7, 6) / 50.0
-    prog = flowgrad.from_torch(_Fn(_pools).double(), torch.tensor(x), backend=backend)
-    tx = np.random.default_rng(1).standard_normal(x.shape)
-    out, t = _model_jvp(prog, x, tx, backend)
-    fd = (np.asarray(prog(x + EPS * tx)) - np.asarray(prog(x - EPS * tx))) / (2 * EPS)
-    np.testing.assert_allclose(out, prog(x), rtol=1e-12)
-    np.testing.assert_allclose(t, fd, rtol=1e-6, atol=1e-7)
-
-
-def test_hvp_through_max_pooling():
-    """Forward over reverse through pool_grad and max_first_grad."""
-    x = np.random.default_rng(0).permutation(1 * 2 * 6 * 6).reshape(1, 2, 6, 6) / 20.0
-    prog = flowgrad.from_torch(_Fn(_pool_loss).double(), torch.tensor(x))
-    check_hvp(prog, (x,), "numpy")
+@pytest.mark.native
+@pytest.mark.parametrize("fn, args", NATIVE_HVP, ids=[fn.__name__ for fn, _ in NATIVE_HVP])
+def test_native_hvp_of_linalg_programs(fn, args):
+    check_hvp(fn, args, "native")
