@@ -15,8 +15,6 @@ import flowgrad
 from test_forward_mode import EPS, _direction, check_jvp
 from test_numpy_linalg import A4, B3, B6, CASES, IDS, S4, TALL, WIDE
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
 
 def eigh_factors(A):
     w, v = np.linalg.eigh(A)
