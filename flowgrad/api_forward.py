@@ -196,7 +196,26 @@ def _real_wrt(t, names, arguments, what):
                              f"{type(v).__name__}{'' if not isinstance(v, np.ndarray) else ' of ' + str(v.dtype)}")
 
 
-class jacfwd:
+class _Jacobian:
+    """What ``jacfwd`` and ``jacrev`` share: the transform of ``fn`` in ``mode`` and, per call, the
+    differentiated arguments and the compiled program."""
+    mode = None
+
+    def __init__(self, fn, wrt=0, backend=None):
+        self.fn, self.wrt, self.backend = fn, wrt, backend
+        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, self.mode)
+        self.__name__ = getattr(fn, "__name__", "fn")
+
+    def _prepare(self, args):
+        """``(names, single, arguments, entry)`` for a call with ``args``."""
+        t = self.t
+        names, single = t.wrt_names(args)
+        arguments = t.bind(args)
+        _real_wrt(t, names, arguments, type(self).__name__)
+        return names, single, arguments, t.compiled(args, arguments)
+
+
+class jacfwd(_Jacobian):
     """Make a function computing the Jacobian of ``fn`` by forward mode, one column per input
     direction.
 
@@ -213,17 +232,10 @@ class jacfwd:
       >>> J = flowgrad.jacfwd(lambda x: np.cumsum(x * x))(np.ones(3))     # doctest: +SKIP
     """
 
-    def __init__(self, fn, wrt=0, backend=None):
-        self.fn, self.wrt, self.backend = fn, wrt, backend
-        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, "jvp")
-        self.__name__ = getattr(fn, "__name__", "fn")
+    mode = "jvp"
 
     def __call__(self, *args):
-        t = self.t
-        names, single = t.wrt_names(args)
-        arguments = t.bind(args)
-        _real_wrt(t, names, arguments, "jacfwd")
-        entry = t.compiled(args, arguments)
+        names, single, arguments, entry = self._prepare(args)
         if entry.layout is not None and entry.layout.packed:
             raise InputError(f"jacfwd of {self.__name__} requires an array or scalar result, but it returns a "
                              f"{entry.layout.tree.kind}")
@@ -243,7 +255,7 @@ class jacfwd:
         return out[0] if single else tuple(out)
 
 
-class jacrev:
+class jacrev(_Jacobian):
     """Make a function computing the Jacobian of ``fn`` by reverse mode, one row per output element
     (a pullback of each unit cotangent); ``jacfwd``'s result, cheaper where outputs are fewer than
     inputs.
@@ -262,17 +274,10 @@ class jacrev:
       >>> J = flowgrad.jacrev(lambda x: np.cumsum(x * x))(np.ones(3))     # doctest: +SKIP
     """
 
-    def __init__(self, fn, wrt=0, backend=None):
-        self.fn, self.wrt, self.backend = fn, wrt, backend
-        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, "reverse")
-        self.__name__ = getattr(fn, "__name__", "fn")
+    mode = "reverse"
 
     def __call__(self, *args):
-        t = self.t
-        names, single = t.wrt_names(args)
-        arguments = t.bind(args)
-        _real_wrt(t, names, arguments, "jacrev")
-        entry = t.compiled(args, arguments)
+        names, single, arguments, entry = self._prepare(args)
         if entry.layout is not None:
             raise InputError(f"jacrev of {self.__name__} requires an array or scalar result, but it returns a "
                              f"{entry.layout.tree.kind}")
