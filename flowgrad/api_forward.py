@@ -94,6 +94,19 @@ def _tangent_out(entry, value, tangent):
     return tangent if layout is None else layout.unpack(tangent)
 
 
+def _tangent_program(fn, primals, wrt, backend):
+    """``(transform, wrt names, bound arguments, compiled entry)`` of ``fn``'s tangent program for
+    ``primals`` (default ``wrt``: every argument that is or holds a float)."""
+    if wrt is None:
+        wrt = _default_wrt(_transform(fn, (), backend, "jvp"), primals)
+    elif not isinstance(wrt, (tuple, list)):
+        wrt = (wrt,)
+    t = _transform(fn, tuple(wrt), backend, "jvp")
+    names, _ = t.wrt_names(primals)
+    arguments = t.bind(primals)
+    return t, names, arguments, t.compiled(primals, arguments)
+
+
 def jvp(fn, primals, tangents, wrt=None, backend=None):
     """Evaluate ``fn(*primals)`` and its directional derivative, the Jacobian-vector product.
 
@@ -119,15 +132,7 @@ def jvp(fn, primals, tangents, wrt=None, backend=None):
     if len(tangents) != len(primals):
         raise InputError(f"jvp takes one tangent per primal: got {len(primals)} primals and {len(tangents)} "
                          "tangents")
-    probe = _transform(fn, (), backend, "jvp")
-    if wrt is None:
-        wrt = _default_wrt(probe, primals)
-    elif not isinstance(wrt, (tuple, list)):
-        wrt = (wrt,)
-    t = _transform(fn, tuple(wrt), backend, "jvp")
-    names, _ = t.wrt_names(primals)
-    arguments = t.bind(primals)
-    entry = t.compiled(primals, arguments)
+    t, names, arguments, entry = _tangent_program(fn, primals, wrt, backend)
     by_name = dict(zip(t.params, tangents))
     value, touts = _run(entry, primals, _seeds(entry, names, by_name, arguments))
     return _unpack_result(entry, value), _tangent_out(entry, value, touts[0])
@@ -155,15 +160,7 @@ def linearize(fn, *primals, wrt=None, backend=None):
       >>> t = f_jvp(np.ones(3))                                                    # doctest: +SKIP
     """
     primals = tuple(np.array(p) if isinstance(p, np.ndarray) else p for p in primals)
-    probe = _transform(fn, (), backend, "jvp")
-    if wrt is None:
-        wrt = _default_wrt(probe, primals)
-    elif not isinstance(wrt, (tuple, list)):
-        wrt = (wrt,)
-    t = _transform(fn, tuple(wrt), backend, "jvp")
-    names, _ = t.wrt_names(primals)
-    arguments = t.bind(primals)
-    entry = t.compiled(primals, arguments)
+    t, names, arguments, entry = _tangent_program(fn, primals, wrt, backend)
     zeros = {n: np.zeros_like(arguments[n]) if isinstance(arguments[n], np.ndarray) else 0.0 for n in names}
     value, _ = _run(entry, primals, _seeds(entry, names, zeros, arguments))
     out = _unpack_result(entry, value)

@@ -569,6 +569,14 @@ def _lower_pool_grad(low, s, ind):
         low.line(f"if {_inside(pos, size)}:", kin)
         low.line(f"{c.name}[{', '.join(names[:2] + pos)}] += {gval}", kin + 1)
         return
+    at = _window_argmax(low, a, x, names, size, inner)
+    low.line(f"if {at[0]} >= 0:", inner)
+    low.line(f"{c.name}[{', '.join(names[:2] + at)}] += {gval}", inner + 1)
+
+
+def _window_argmax(low, a, x, names, size, inner):
+    """Lines finding the position of the first largest element of ``x`` in the pooling window of
+    output element ``names``; returns the names holding it (-1 where the window lies outside)."""
     best, at = low.fresh("best"), [low.fresh("at") for _ in size]
     low.line(f"{best} = -np.inf", inner)
     for p in at:
@@ -580,8 +588,7 @@ def _lower_pool_grad(low, s, ind):
     low.line(f"{best} = {low.elem(x, names[:2] + pos, x.shape)}", kin + 2)
     for p, q in zip(at, pos):
         low.line(f"{p} = {q}", kin + 2)
-    low.line(f"if {at[0]} >= 0:", inner)
-    low.line(f"{c.name}[{', '.join(names[:2] + at)}] += {gval}", inner + 1)
+    return at
 
 
 def _lower_pool_jvp(low, s, ind):
@@ -591,17 +598,7 @@ def _lower_pool_jvp(low, s, ind):
     size = _ints(x.shape)[2:]
     _alloc(low, c, ind)
     names, inner = low.nest(c.shape, ind, "o")
-    best, at = low.fresh("best"), [low.fresh("at") for _ in size]
-    low.line(f"{best} = -np.inf", inner)
-    for p in at:
-        low.line(f"{p} = -1", inner)
-    ks, kin = _loops(low, a["kernel"], inner, "k")
-    pos = _positions(low, a, names[2:], ks, kin)
-    low.line(f"if {_inside(pos, size)}:", kin)
-    low.line(f"if {low.elem(x, names[:2] + pos, x.shape)} > {best}:", kin + 1)
-    low.line(f"{best} = {low.elem(x, names[:2] + pos, x.shape)}", kin + 2)
-    for p, q in zip(at, pos):
-        low.line(f"{p} = {q}", kin + 2)
+    at = _window_argmax(low, a, x, names, size, inner)
     low.line(f"{c.name}[{', '.join(names)}] = {low.elem(t, names[:2] + at, t.shape)} if {at[0]} >= 0 else 0.0",
              inner)
 

@@ -13,23 +13,7 @@ import pytest
 
 import flowgrad
 from test_forward_mode import EPS, _direction, check_jvp
-from test_numpy_linalg import A4, B3, B6, CASES, IDS, S4, TALL, WIDE
-
-
-def eigh_factors(A):
-    w, v = np.linalg.eigh(A)
-    wu, vu = np.linalg.eigh(A, UPLO="U")
-    return np.concatenate([w[:, None], v, wu[:, None], vu], axis=1)
-
-
-def svd_factors(A):
-    u, s, vh = np.linalg.svd(A, full_matrices=False)
-    return np.concatenate([u.ravel(), s, vh.ravel()])
-
-
-def qr_factors(A):
-    q, r = np.linalg.qr(A)
-    return np.concatenate([q.ravel(), r.ravel()])
+from test_numpy_linalg import A4, B3, B6, CASES, IDS, S4, TALL, WIDE, eigh_factors, qr_factors, svd_factors
 
 
 def lstsq_factors(A, b):
