@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from . import pytree
+from .autodiff.batch import batch_tangent
 from .autodiff.forward import build_tangent
 from .autodiff.reverse import KEPT_OUTPUTS, build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
@@ -38,6 +39,8 @@ from .ir.verify import verify
 
 BACKENDS = ("numpy", "native") if native_backend.available() else ("numpy",)
 DEFAULT_BACKEND = "native" if "native" in BACKENDS else "numpy"
+# the tangent programs: mode -> (of the gradient program: forward over reverse, many directions at once)
+TANGENT_MODES = {"jvp": (False, False), "hvp": (True, False), "jvp_dirs": (False, True), "hvp_dirs": (True, True)}
 
 
 def _arg_key(value, name, objects=False):
@@ -120,7 +123,7 @@ class _Compiled:
             self.backward_text = ""
             return
         self._resolve_wrt(cap, wrt_spec)
-        if mode in ("jvp", "hvp"):
+        if mode in TANGENT_MODES:
             self._compile_tangent(cap, backend, mode)
             return
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
@@ -193,9 +196,11 @@ class _Compiled:
 
     def _compile_tangent(self, cap, backend, mode):
         """The tangent program (``jvp``: of the function; ``hvp``: of its gradient, forward over
-        reverse), through the forward pipeline's late passes to the backend."""
+        reverse; ``_dirs``: over many directions at once), through the forward pipeline's late
+        passes to the backend."""
         prog = self.prog
-        if mode == "hvp":
+        over_reverse, batched = TANGENT_MODES[mode]
+        if over_reverse:
             gp = build_reverse(prog, self.wrt, cap.namer)
             grad = gp.grads.get(self.wrt[0])
             if grad is None:             # the result does not depend on it: a zero gradient
@@ -206,9 +211,11 @@ class _Compiled:
                            [grad], gp.containers)
             self.cotangent = gp.cotangent
         tp = build_tangent(prog, self.wrt, cap.namer)
+        if batched:
+            tp = batch_tangent(tp, len(self.wrt), cap.namer)
         containers, outputs = tp.containers, set(tp.results)
         tp.body = _pass("dce", lambda b: eliminate_dead(b, outputs)[0], tp.body, containers)
-        if mode == "jvp":
+        if not over_reverse:
             tp.body = _pass("fuse", lambda b: fuse_temporaries(b, protected=tp.results), tp.body, containers)
         tp.body = _pass("hoist", lambda b: hoist_factorizations(b, containers, cap.namer), tp.body, containers)
         if backend == "native":
@@ -237,7 +244,7 @@ class _Compiled:
                 for c, v in zip(self.cap.params, values)}
 
     def ir_text(self):
-        if self.mode in ("jvp", "hvp"):
+        if self.mode in TANGENT_MODES:
             return program_text(self.tangent_prog)
         text = program_text(self.prog)
         if self.mode != "forward":

@@ -223,33 +223,67 @@ class jacfwd(_Jacobian):
 
     Returns:
       ``jac(*args)``: the Jacobian of shape ``out.shape + x.shape`` (JAX's layout), or a tuple of
-      them for a tuple ``wrt``. The compiled tangent program is run once per input direction.
+      them for a tuple ``wrt``. One compiled program carries all input directions at once (the
+      primal statements run once; ``autodiff.batch``); a very large Jacobian is taken in a few
+      calls of it, each with as many directions as fit ``DIRECTIONS_BYTES``.
 
     Example:
       >>> J = flowgrad.jacfwd(lambda x: np.cumsum(x * x))(np.ones(3))     # doctest: +SKIP
     """
 
-    mode = "jvp"
+    mode = "jvp_dirs"
 
     def __call__(self, *args):
         names, single, arguments, entry = self._prepare(args)
-        if entry.layout is not None and entry.layout.packed:
+        if entry.layout is not None:
             raise InputError(f"jacfwd of {self.__name__} requires an array or scalar result, but it returns a "
                              f"{entry.layout.tree.kind}")
-        zeros = [np.zeros_like(arguments[n]) if isinstance(arguments[n], np.ndarray) else 0.0 for n in names]
-        out = []
-        for k, name in enumerate(names):
-            x = arguments[name]
-            cols = []
-            for e in _basis(np.shape(x), np.float64):
-                direction = dict(zip(names, zeros))
-                direction[name] = e
-                value, touts = _run(entry, args, _seeds(entry, names, direction, arguments))
-                cols.append(np.asarray(_tangent_out(entry, value, touts[0])))
-            rshape = np.shape(value)
-            jac = np.stack(cols, axis=-1) if cols else np.zeros(rshape + (0,), np.result_type(entry.result.dtype))
-            out.append(jac.reshape(rshape + np.shape(x)))
+        shapes = [np.shape(arguments[n]) for n in names]
+        value, rows = _all_directions(entry, args, [], shapes)
+        rshape, out, k = np.shape(value), [], 0
+        for shape in shapes:
+            n = _size(shape)
+            block = rows[k:k + n]
+            k += n
+            out.append(np.moveaxis(block, 0, -1).reshape(rshape + shape))
         return out[0] if single else tuple(out)
+
+
+# the most bytes of one batched tangent value: more directions are taken in several calls
+DIRECTIONS_BYTES = 1 << 27
+
+
+def _size(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _all_directions(entry, args, extra, shapes):
+    """``(value, tangents)``: the batched tangent program run on every unit direction of the
+    differentiated arguments (of ``shapes``, in order), the tangents stacked on a first axis."""
+    sizes = [_size(s) for s in shapes]
+    total = sum(sizes)
+    widest = max([1] + sizes + [_size(_fixed_shape(entry.result))])
+    per_call = max(1, min(total, DIRECTIONS_BYTES // (8 * widest)))
+    value, parts = None, []
+    for lo in range(0, max(total, 1), per_call):
+        m = min(per_call, total - lo) if total else 0
+        seeds, start = [], 0
+        for shape, n, w in zip(shapes, sizes, entry.wrt):
+            seed = np.zeros((m, n), dtype=w.dtype)
+            for j in range(max(lo, start), min(lo + m, start + n)):
+                seed[j - lo, j - start] = 1.0
+            seeds.append(seed.reshape((m,) + shape))
+            start += n
+        value, touts = _run(entry, args, list(extra) + seeds + [m])
+        parts.append(np.asarray(touts[0]))
+    value = _unpack_result(entry, value)
+    rows = np.concatenate(parts) if parts else np.zeros((0,) + np.shape(value))
+    return value, rows.reshape((total,) + np.shape(value))
+
+
+def _fixed_shape(c):
+    """``c``'s shape where it is known before the call, else ``()``."""
+    return tuple(int(d.value) for d in c.shape) if all(hasattr(d, "value") for d in c.shape) else ()
 
 
 class jacrev(_Jacobian):
@@ -341,7 +375,7 @@ def _hvp_run(t, args, by_name, arguments=None):
 
 class hessian:
     """Make a function computing the Hessian of a scalar-valued ``fn`` by forward over reverse
-    mode (one Hessian-vector product per input direction); through ``while`` loops, in-place
+    mode (a Hessian-vector product in every input direction); through ``while`` loops, in-place
     updates and data-dependent branches, which JAX's ``hessian`` cannot take through a ``while``.
 
     Args:
@@ -350,7 +384,9 @@ class hessian:
       backend: ``"native"`` (the default when Numba is installed) or ``"numpy"``.
 
     Returns:
-      ``h(*args)``: the Hessian, of shape ``x.shape + x.shape``.
+      ``h(*args)``: the Hessian, of shape ``x.shape + x.shape``. One compiled program carries all
+      input directions at once: the function and its gradient run once, their tangents in every
+      direction alongside (``autodiff.batch``).
 
     Example:
       >>> H = flowgrad.hessian(lambda x: np.sum(np.sin(x) * x))(np.ones(3))    # doctest: +SKIP
@@ -359,16 +395,19 @@ class hessian:
     def __init__(self, fn, wrt=0, backend=None):
         if isinstance(wrt, (tuple, list)):
             raise InputError("hessian differentiates one argument: pass wrt as one name or position")
-        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, "hvp")
+        self.t = _Transform(fn, wrt, backend or DEFAULT_BACKEND, "hvp_dirs")
         self.__name__ = getattr(fn, "__name__", "fn")
 
     def __call__(self, *args):
         t = self.t
         names, _ = t.wrt_names(args)
         arguments = t.bind(args)
-        x = arguments[names[0]]
-        rows = [_hvp_run(t, args, {names[0]: e}, arguments) for e in _basis(np.shape(x), np.float64)]
-        return np.asarray(rows, dtype=np.float64).reshape(np.shape(x) + np.shape(x))
+        _real_wrt(t, names, arguments, "hessian")
+        entry = t.compiled(args, arguments)
+        _scalar_result(entry, t.__name__)
+        shape = np.shape(arguments[names[0]])
+        _, rows = _all_directions(entry, args, [1.0], [shape])
+        return np.asarray(rows, dtype=np.float64).reshape(shape + shape)
 
 
 __all__ = ["jvp", "linearize", "jacfwd", "jacrev", "hvp", "hessian"]

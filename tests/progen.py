@@ -509,8 +509,9 @@ def _unstable(fn, args, expected):
 def check(seed, backend, n_dirs=2, mode="grad"):
     """Check program `seed` on `backend`: returns (status, detail).
 
-    mode "grad" checks ``value_and_grad``, mode "jvp" checks ``jvp`` (forward mode), each
-    against finite differences in random directions.
+    mode "grad" checks ``value_and_grad``, mode "jvp" checks ``jvp`` (forward mode), mode "jac"
+    ``jacfwd`` (forward mode, every input direction in one batched program), each against finite
+    differences in random directions.
 
     status: "ok", "refused" (a FlowgradError), "skip" (the program itself overflows or fails
     in NumPy), "nonsmooth" (finite differences, or values, are no oracle: a kink within the
@@ -541,7 +542,11 @@ def check(seed, backend, n_dirs=2, mode="grad"):
             derivatives = [tangent]
             directions = directions[:1]
         else:
-            value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+            if mode == "jac":
+                value = _value(fn, args)
+                grads = flowgrad.jacfwd(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+            else:
+                value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend)(*args)
             derivatives = [sum(float(np.sum(g * d)) for g, d in zip(grads, direction[:3]))
                            for direction in directions]
     except flowgrad.FlowgradError as exc:
@@ -608,7 +613,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--backends", default="numpy,native",
-                        help="backends to check the gradient on; BACKEND-jvp checks forward mode instead")
+                        help="backends to check the gradient on; BACKEND-jvp checks forward mode, BACKEND-jac "
+                             "jacfwd (all directions in one batched program) instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--out", help="write one JSON line per program and backend here")

@@ -162,3 +162,22 @@ def test_a_name_a_loop_passes_another_arrays_memory_to_is_a_stand_in(backend):
     # write through it followed by a read of x is now refused, as for the name it came from
     with pytest.raises(flowgrad.UnsupportedError, match=r"reading 'x' after a write at .*'t1'"):
         flowgrad.jit(swapped_in_a_loop, backend=backend)(np.arange(4.0), 3)
+
+
+def swapped_on_one_path_in_a_loop(x, c):
+    t1 = 0.3 * np.cumsum(x)
+    t3 = x[:]                        # a view of x on entry
+    for it in range(3):
+        if c > 1.0:
+            t1 = t1 * 2.0
+        else:
+            t3, t1 = t1, t3          # on this path the loop passes x's memory to t1
+    t1[-2:] = 1.0
+    return np.sum(t1) + 10 * np.sum(t3) + 100 * np.sum(x)
+
+
+def test_a_swap_on_one_path_of_a_loop_passes_the_stand_in_on(backend):
+    # (random program 1441) the branch's joined copy of t1 was no stand-in, so the write through
+    # t1 after the loop did not reach x and flowgrad's value was 3069 where NumPy's is 1969
+    with pytest.raises(flowgrad.UnsupportedError, match=r"reading 't3' after a write at .*'t1'"):
+        flowgrad.jit(swapped_on_one_path_in_a_loop, backend=backend)(np.arange(8.0), 0.5)

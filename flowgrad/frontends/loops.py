@@ -331,7 +331,9 @@ class LoopStatements:
             grew = False
             for name, v0, e1 in carried:
                 c = v0.ref.container
-                src = next((r.ref.container for r in _reads(e1) if r.ref.container in reached), None)
+                # (through a branch's joined copy, itself a stand-in, when the swap is on one path)
+                src = next((r.ref.container for r in _reads(e1)
+                            if r.ref.container in reached or r.ref.container in stand_ins), None)
                 if c in reached or src is None:
                     continue
                 label = name if isinstance(name, str) else name[0]

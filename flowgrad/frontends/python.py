@@ -531,9 +531,14 @@ class Frontend(CallExpressions, ConditionalExpressions, LoopStatements, Unrolled
         for name, m, values in joined:
             # bound to (a view of) an array another name holds on one path only: NumPy's name
             # shares that memory on that path, the joined copy does not
+            # (``t3, t1 = t1, t3`` in a loop); so does one bound on some path to a copy that itself
+            # stands for another array's memory: the joined copy stands for it too
             for e in values:
-                if isinstance(e, Read) and e.ref.container.ndim and indexing.held(self, e.ref.container, name):
-                    indexing.stand_in(self, m, e.ref.container, f"{name!r}, which shares another "
+                if not (isinstance(e, Read) and e.ref.container.ndim):
+                    continue
+                c = e.ref.container
+                if indexing.held(self, c, name) or c in getattr(self, "stand_ins", {}):
+                    indexing.stand_in(self, m, c, f"{name!r}, which shares another "
                                       "array's memory on one path of the branch only", loc, f"copy it where a branch binds it to another "
                                       f"array ({name} = np.copy(...)), so that it is its own array on every path")
 
