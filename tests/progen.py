@@ -496,6 +496,12 @@ def _directional(fn, args, direction, eps):
     return (_value(fn, plus) - _value(fn, minus)) / (2 * eps)
 
 
+def _second(fn, args, direction, eps):
+    plus = [a + eps * d if d is not None else a for a, d in zip(args, direction)]
+    minus = [a - eps * d if d is not None else a for a, d in zip(args, direction)]
+    return (_value(fn, plus) - 2.0 * _value(fn, args) + _value(fn, minus)) / (eps * eps)
+
+
 def _unstable(fn, args, expected):
     """Whether the program amplifies rounding (a chaotic one): NumPy's value moves past the value
     tolerance when the inputs move by a few ulps, so another summation order is no defect."""
@@ -511,7 +517,8 @@ def check(seed, backend, n_dirs=2, mode="grad"):
 
     mode "grad" checks ``value_and_grad``, mode "jvp" checks ``jvp`` (forward mode), mode "jac"
     ``jacfwd`` (forward mode, every input direction in one batched program), each against finite
-    differences in random directions.
+    differences in random directions; mode "hess" checks ``hessian`` in ``x`` (forward over
+    reverse, batched), ``d' H d`` against second differences along a random ``d``.
 
     status: "ok", "refused" (a FlowgradError), "skip" (the program itself overflows or fails
     in NumPy), "nonsmooth" (finite differences, or values, are no oracle: a kink within the
@@ -537,7 +544,12 @@ def check(seed, backend, n_dirs=2, mode="grad"):
         direction[2] = float(direction[2])
         directions.append(direction)
     try:
-        if mode == "jvp":
+        if mode == "hess":
+            value = _value(fn, args)
+            H = flowgrad.hessian(fn, wrt="x", backend=backend)(*args)
+            d = directions[0][0]
+            derivatives, directions = [float(d @ H @ d)], [[d, None, None, None]]
+        elif mode == "jvp":
             value, tangent = flowgrad.jvp(fn, args, directions[0], wrt=("x", "A", "s"), backend=backend)
             derivatives = [tangent]
             directions = directions[:1]
@@ -562,7 +574,8 @@ def check(seed, backend, n_dirs=2, mode="grad"):
         return "value", f"flowgrad {value!r}, NumPy {expected!r}"
     for ad, direction in zip(derivatives, directions):
         ad = float(ad)
-        fds = [_directional(fn, args, direction, eps) for eps in (1e-6, 1e-5)]
+        fds = [_directional(fn, args, direction, eps) for eps in (1e-6, 1e-5)] if mode != "hess" else \
+            [_second(fn, args, direction, eps) for eps in (1e-4, 2e-4)]
         if abs(ad - fds[0]) <= 1e-5 * max(abs(ad), abs(fds[0]), 1e-3):
             continue
         if abs(fds[0] - fds[1]) > 1e-3 * max(abs(fds[0]), abs(fds[1]), 1e-3):
@@ -614,7 +627,7 @@ def main(argv=None):
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--backends", default="numpy,native",
                         help="backends to check the gradient on; BACKEND-jvp checks forward mode, BACKEND-jac "
-                             "jacfwd (all directions in one batched program) instead")
+                             "jacfwd (all directions in one batched program), BACKEND-hess the Hessian in x, instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--out", help="write one JSON line per program and backend here")

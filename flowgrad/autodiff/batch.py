@@ -14,13 +14,17 @@ whose values depend on the seeds (found by following the data from them) gets a 
   call first loads the slot);
 - tape pushes and pops of batched values move all directions at once.
 
+A statement that wrote a whole value writes, batched, a fresh array before its loop over the
+directions fills it: what held the old one (a tape entry pushed without a copy, since the write
+rebinds) keeps it, as before.
+
 The primal statements are untouched and run once, whatever the number of directions. The result
 is the program's result and its batched tangent, of shape ``(n_dirs,) + result.shape``.
 """
 from __future__ import annotations
 
 from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program, Push,
-                       Read, Ref, Slice, Take, While, broadcast_shapes, iter_reads, scalar, stmt_reads, walk)
+                       Read, Ref, Slice, Take, While, broadcast_shapes, scalar, stmt_reads, walk)
 from .rules import CALLS
 
 
@@ -47,8 +51,8 @@ def _direction_dependent(body, seeds):
 
 
 class _Batcher:
-    def __init__(self, batched, n_dirs, containers, namer, params):
-        self.n_dirs, self.containers, self.namer, self.params = n_dirs, containers, namer, set(params)
+    def __init__(self, batched, n_dirs, containers, namer):
+        self.n_dirs, self.containers, self.namer = n_dirs, containers, namer
         self.wide = {}                  # container -> its batched container
         for c in sorted(batched, key=lambda c: c.name):
             if c.kind == "tape":
@@ -134,16 +138,15 @@ class _Batcher:
             return [Assign(self.all_dirs(s.dst), expr, s.accumulate, s.loc)]
         d = self._direction_var()
         expr = self.map_reads(s.expr, lambda r: self.one_dir(r, d))
-        alloc = self.allocate([s.dst.container]) if s.dst.is_whole() and not s.accumulate else []
+        alloc = self.fresh([s.dst.container]) if s.dst.is_whole() and not s.accumulate else []
         return alloc + [For(d, 0, scalar(self.n_dirs), 1,
                             [Assign(self.one_dir(s.dst, d), expr, s.accumulate, s.loc)], loc=s.loc)]
 
-    def allocate(self, written):
-        """Statements making the batched containers of ``written`` whose shapes only the program
-        body knows (a masked gather's count): a loop over the directions writes each one part by
-        part, which makes no array."""
-        return [Assign(Ref(self.wide[c]), Const(0.0)) for c in written
-                if any(r.ref.container not in self.params for dim in c.shape for r in iter_reads(dim))]
+    def fresh(self, written):
+        """Statements making fresh batched arrays for the containers ``written`` whole: a loop over
+        the directions then fills each in place, where the statement it comes from bound a new
+        array (and the shape may be known only here, a masked gather's count)."""
+        return [Assign(Ref(self.wide[c]), Const(0.0)) for c in written]
 
     def call(self, s):
         d = self._direction_var()
@@ -163,7 +166,7 @@ class _Batcher:
         body = [Assign(Ref(slot), Read(self.one_dir(Ref(c), d))) for c, slot in slots.items() if loads]
         body.append(Call(s.op, inputs, [slots.get(c, c) for c in s.outputs], s.attrs, s.loc))
         body += [Assign(self.one_dir(Ref(c), d), Read(Ref(slot))) for c, slot in slots.items()]
-        fresh = [] if CALLS[s.op].inplace else self.allocate(slots)
+        fresh = [] if CALLS[s.op].inplace else self.fresh(slots)
         return fresh + [For(d, 0, scalar(self.n_dirs), 1, body, loc=s.loc)]
 
     def _direction_var(self):
@@ -191,7 +194,7 @@ def batch_tangent(tp: Program, n_seeds: int, namer) -> Program:
     seeds = tp.params[len(tp.params) - n_seeds:]
     result, t_result = tp.results
     batched = _direction_dependent(tp.body, seeds) | {t_result}
-    b = _Batcher(batched, n_dirs, containers, namer, tp.params)
+    b = _Batcher(batched, n_dirs, containers, namer)
     body = b.block(tp.body)
     params = list(tp.params[:len(tp.params) - n_seeds]) + [b.wide[s] for s in seeds] + [n_dirs]
     return Program(tp.name + "_dirs", params, body, [result, b.wide[t_result]], containers)

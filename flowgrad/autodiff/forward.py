@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ..errors import UnsupportedError
 from ..ir.core import (Assign, Call, Const, Container, For, If, Op, Pop, Program, Push, Read, Ref, While,
-                       is_inexact, iter_reads, op, stmt_writes, walk)
+                       child_blocks, is_inexact, iter_reads, op, stmt_reads, stmt_writes, walk)
 from .reverse import activity
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
 
@@ -175,12 +175,18 @@ def _located(exc, loc):
     return UnsupportedError(f"{loc}: {exc}")
 
 
-def _first_writes(stmts):
-    """For each container, the first statement (program order) that writes it."""
-    first = {}
-    for s in walk(stmts):
+def _first_access(stmts, conditional=False, first=None):
+    """For each container, ``(statement, conditional)``: the first statement (program order)
+    that reads or writes it, and whether that statement is on a path a branch or a ``while``
+    may skip."""
+    first = {} if first is None else first
+    for s in stmts:
+        for r in stmt_reads(s):
+            first.setdefault(r.ref.container, (s, conditional))
         for w in stmt_writes(s):
-            first.setdefault(w.container, s)
+            first.setdefault(w.container, (s, conditional))
+        for body in child_blocks(s):
+            _first_access(body, conditional or isinstance(s, (If, While)), first)
     return first
 
 
@@ -207,16 +213,17 @@ def build_tangent(prog: Program, wrt, namer) -> Program:
     result = prog.results[0]
     b = TangentBuilder(prog, list(wrt), result, namer)
     body = b.tangent_block(prog.body)
-    # tangents that a statement updates before (or without) writing them whole start at zero:
-    # an argument updated in place (``y[0] = x[0]``), an array filled part by part
-    first = _first_writes(prog.body)
+    # a tangent starts at zero unless the first statement touching its value writes it whole on
+    # every path: an argument updated in place (``y[0] = x[0]``) or read before a loop rebinds it
+    # (``A = f(A)`` with A not differentiated), an array filled part by part
+    first = _first_access(prog.body)
     params = set(prog.params)
     init = []
     for c, t in sorted(b.tangents.items(), key=lambda kv: kv[0].name):
         if c in wrt or c in b.local:
             continue
-        s = first.get(c)
-        if s is not None and _overwrites(s, c):
+        s, conditional = first.get(c, (None, False))
+        if s is not None and not conditional and _overwrites(s, c):
             continue
         if all(r.ref.container in params for d in c.shape for r in iter_reads(d)):
             init.append(Assign(Ref(t), Const(0.0)))
