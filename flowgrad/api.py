@@ -14,25 +14,13 @@ import numpy as np
 from . import pytree
 from .autodiff.batch import batch_tangent
 from .autodiff.forward import build_tangent
-from .autodiff.reverse import KEPT_OUTPUTS, build_reverse
+from . import pipeline
+from .autodiff.reverse import build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
 from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError, UnsupportedError
 from .frontends.python import capture
-from .passes.bounds import hoist_view_bounds
-from .passes.checks import insert_size_checks
-from .passes.complex_calls import refuse_complex_calls
-from .passes.dce import eliminate_dead
-from .passes.fuse import fuse_temporaries, split_kept
-from .passes.copies import propagate_copies
-from .passes.gather import gather_shifted_sums
-from .passes.hoist import hoist_factorizations, share_factorizations
-from .passes.late import gather_after_products
-from .passes.pack import pack_strided_views
-from .passes.order import forward_independent_loops
-from .passes.outer import defer_outer_products
-from .passes.take import fuse_gathers
 from .ir.core import I64, Assign, Const, Container, Program, Ref
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
@@ -84,16 +72,9 @@ class _Compiled:
         self.cap = cap
         name = cap.name
         containers = cap.containers
-        kept = KEPT_OUTPUTS if mode != "forward" else frozenset()
-        body = _pass("complex_calls", refuse_complex_calls, cap.body, containers)
-        body = _pass("checks", lambda b: insert_size_checks(b, containers, cap.namer), body, containers)
-        body = _pass("split", lambda b: split_kept(b, kept, containers, cap.namer), body, containers)
-        body = _pass("fuse", lambda b: fuse_temporaries(b, protected=[cap.result], kept_ops=kept), body,
-                     containers)
-        body = _pass("dce", lambda b: eliminate_dead(b, {cap.result})[0], body, containers)
-        body = _pass("late", lambda b: gather_after_products(b, containers, cap.namer), body, containers)
-        if mode == "forward":
-            body = _pass("hoist", lambda b: hoist_factorizations(b, containers, cap.namer), body, containers)
+        unit = pipeline.run(pipeline.CAPTURED, pipeline.Unit({"body": cap.body}, containers, cap.namer,
+                                                             [cap.result], backend, mode))
+        body = unit.sweeps["body"]
         self.prog = Program(name, cap.params, body, [cap.result], cap.containers)
         self.ckpt_params = {}
         for var in sorted(loop_kinds or {}):
@@ -108,12 +89,9 @@ class _Compiled:
         self.backend = backend
         self.kernel = None          # native: the compiled function with its workspace
         if mode == "forward":
-            if backend == "native":
-                self.prog.body = _pass("take", lambda b: fuse_gathers(b)[0], self.prog.body, containers)
-                self.prog.body = _pass("pack", lambda b: pack_strided_views(b, containers, cap.namer),
-                                       self.prog.body, containers)
-            self.prog.body = _pass("bounds", lambda b: hoist_view_bounds(b, containers, cap.namer),
-                                   self.prog.body, containers)
+            unit = pipeline.run(pipeline.FORWARD, pipeline.Unit({"body": self.prog.body}, containers, cap.namer,
+                                                                [cap.result], backend, mode))
+            self.prog.body = unit.sweeps["body"]
             if backend == "native":
                 self.src = native_backend.emit_forward(self.prog)
                 self.func = self.kernel = native_backend.compile_source(self.src, name)
@@ -127,41 +105,12 @@ class _Compiled:
             self._compile_tangent(cap, backend, mode)
             return
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
-        outputs = {cap.result} | {self.gp.grads[w] for w in self.wrt if w in self.gp.grads}
-        gp, live = self.gp, set()
-        backward = _pass("gather", gather_shifted_sums, gp.backward, gp.containers)
-        backward = _pass("copies", lambda b: propagate_copies(b, outputs), backward, gp.containers)
-
-        def backward_dce(b):
-            out, found = eliminate_dead(b, outputs)
-            live.update(found)
-            return out
-        gp.backward = _pass("dce", backward_dce, backward, gp.containers)
-        gp.backward = _pass("fuse", lambda b: fuse_temporaries(b, protected=outputs), gp.backward, gp.containers)
-        gp.backward = _pass("outer", lambda b: defer_outer_products(b, gp.containers, cap.namer), gp.backward,
-                            gp.containers)
-        gp.forward = _pass("dce", lambda b: eliminate_dead(b, live)[0], gp.forward, gp.containers)
-        before = set(gp.containers)
-        gp.forward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.forward,
-                           gp.containers)
-        gp.forward_containers += [c for n, c in gp.containers.items() if n not in before]
-        backward = _pass("hoist", lambda b: hoist_factorizations(b, gp.containers, cap.namer), gp.backward,
-                         gp.containers)
-        gp.backward = _pass("share", lambda b: share_factorizations(gp.forward, b), backward, gp.containers)
-        gp.backward = _pass("order", lambda b: forward_independent_loops(b, outputs, gp.containers, cap.namer), gp.backward, gp.containers)
-        verify(gp.forward + gp.backward, gp.containers)
-        if backend == "native":
-            fused = fuse_gathers(gp.forward, gp.backward)     # one analysis over both sweeps
-            gp.forward = _pass("take", lambda b: fused[0], gp.forward, gp.containers)
-            gp.backward = _pass("take", lambda b: fused[1], gp.backward, gp.containers)
-            for sweep in ("forward", "backward"):
-                setattr(gp, sweep, _pass("pack", lambda b: pack_strided_views(b, gp.containers, cap.namer),
-                                         getattr(gp, sweep), gp.containers))
-        before = set(gp.containers)
-        for sweep in ("forward", "backward"):
-            setattr(gp, sweep, _pass("bounds", lambda b: hoist_view_bounds(b, gp.containers, cap.namer),
-                                     getattr(gp, sweep), gp.containers))
-        gp.forward_containers += [c for n, c in gp.containers.items() if n not in before]
+        gp = self.gp
+        outputs = [cap.result] + [gp.grads[w] for w in self.wrt if w in gp.grads]
+        unit = pipeline.run(pipeline.REVERSE, pipeline.Unit({"forward": gp.forward, "backward": gp.backward},
+                                                            gp.containers, cap.namer, outputs, backend, mode,
+                                                            gp.forward_containers))
+        gp.forward, gp.backward = unit.sweeps["forward"], unit.sweeps["backward"]
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
@@ -213,15 +162,9 @@ class _Compiled:
         tp = build_tangent(prog, self.wrt, cap.namer)
         if batched:
             tp = batch_tangent(tp, len(self.wrt), cap.namer)
-        containers, outputs = tp.containers, set(tp.results)
-        tp.body = _pass("dce", lambda b: eliminate_dead(b, outputs)[0], tp.body, containers)
-        if not over_reverse:
-            tp.body = _pass("fuse", lambda b: fuse_temporaries(b, protected=tp.results), tp.body, containers)
-        tp.body = _pass("hoist", lambda b: hoist_factorizations(b, containers, cap.namer), tp.body, containers)
-        if backend == "native":
-            tp.body = _pass("take", lambda b: fuse_gathers(b)[0], tp.body, containers)
-            tp.body = _pass("pack", lambda b: pack_strided_views(b, containers, cap.namer), tp.body, containers)
-        tp.body = _pass("bounds", lambda b: hoist_view_bounds(b, containers, cap.namer), tp.body, containers)
+        unit = pipeline.run(pipeline.TANGENT, pipeline.Unit({"body": tp.body}, tp.containers, cap.namer,
+                                                            tp.results, backend, mode))
+        tp.body = unit.sweeps["body"]
         self.tangent_prog = tp
         if backend == "native":
             self.src = native_backend.emit_forward(tp)
@@ -253,17 +196,6 @@ class _Compiled:
             text = ("# forward (with tape pushes)\n" + program_text(fwd) +
                     "# backward\n" + self.backward_text + "\n")
         return text
-
-
-def _pass(name, fn, stmts, containers):
-    """``fn(stmts)``, verified; with ``FLOWGRAD_DUMP`` naming the pass (a comma-separated list,
-    e.g. ``FLOWGRAD_DUMP=copies,gather``), the statements before and after it are printed."""
-    out = fn(stmts)
-    verify(out, containers)
-    if name in os.environ.get("FLOWGRAD_DUMP", "").split(","):
-        print(f"# before {name}\n" + "\n".join(block_lines(stmts, "  ")))
-        print(f"# after {name}\n" + "\n".join(block_lines(out, "  ")))
-    return out
 
 
 def _native_vjp(grad_fn, cotangent, wrt):
