@@ -62,6 +62,45 @@ def _is_float_leaf(v):
         isinstance(v, np.ndarray) and v.dtype.kind in "fc"
 
 
+def _wrt_containers(cap, wrt_spec):
+    """``(wrt, wrt_layout)``: the argument containers ``wrt_spec`` names and, per entry, which of
+    them a pytree argument's float leaves are (None for a plain argument)."""
+    # which of the gradients each wrt argument gets: one, or one per float leaf of a pytree
+    wrt, wrt_layout = [], []
+    for w in wrt_spec:
+        leaves = cap.arg_leaves.get(w)
+        if leaves is not None:
+            picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind in "fc"]
+            if not picks:
+                raise InputError(f"wrt argument {w!r} holds no float arrays or floats to differentiate")
+            wrt_layout.append([(k, len(wrt) + j) for j, (k, _) in enumerate(picks)])
+            wrt += [c for _, c in picks]
+            continue
+        c = cap.arg_containers.get(w)
+        if c is None:
+            raise InputError(f"wrt argument {w!r} is not a float array or scalar argument")
+        if c.dtype.kind not in "fc":
+            raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float and complex arguments can "
+                             "be differentiated")
+        wrt_layout.append(None)
+        wrt.append(c)
+    return wrt, wrt_layout
+
+
+def _gradient_program(prog, wrt, namer):
+    """``(program, cotangent)``: the gradient program of ``prog``'s scalar result in ``wrt[0]``,
+    its forward sweep (with the tapes) and backward sweep as one body, taking the cotangent as its
+    last parameter and returning the gradient (zero where the result does not depend on it)."""
+    gp = build_reverse(prog, wrt, namer)
+    grad = gp.grads.get(wrt[0])
+    if grad is None:
+        grad = Container(namer("g_" + wrt[0].name), wrt[0].dtype, wrt[0].shape)
+        gp.backward = gp.backward + [Assign(Ref(grad), Const(0.0))]
+        gp.containers[grad.name] = grad
+    return Program(prog.name + "_grad", list(prog.params) + [gp.cotangent], gp.forward + gp.backward,
+                   [grad], gp.containers), gp.cotangent
+
+
 class _Compiled:
     """One captured and compiled specialisation."""
 
@@ -72,9 +111,12 @@ class _Compiled:
         self.cap = cap
         name = cap.name
         containers = cap.containers
-        unit = pipeline.run(pipeline.CAPTURED, pipeline.Unit({"body": cap.body}, containers, cap.namer,
-                                                             [cap.result], backend, mode))
-        body = unit.sweeps["body"]
+        if getattr(cap, "lowered", False):      # a gradient program (``grad._flowgrad_capture``)
+            body = cap.body
+        else:
+            unit = pipeline.run(pipeline.CAPTURED, pipeline.Unit({"body": cap.body}, containers, cap.namer,
+                                                                 [cap.result], backend, mode))
+            body = unit.sweeps["body"]
         self.prog = Program(name, cap.params, body, [cap.result], cap.containers)
         self.ckpt_params = {}
         for var in sorted(loop_kinds or {}):
@@ -121,27 +163,7 @@ class _Compiled:
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
 
     def _resolve_wrt(self, cap, wrt_spec):
-        """The argument containers ``wrt_spec`` names (``self.wrt``) and, per entry, which of them
-        a pytree argument's float leaves are (``self.wrt_layout``)."""
-        # which of the gradients each wrt argument gets: one, or one per float leaf of a pytree
-        self.wrt, self.wrt_layout = [], []
-        for w in wrt_spec:
-            leaves = cap.arg_leaves.get(w)
-            if leaves is not None:
-                picks = [(k, c) for k, c in enumerate(leaves[1]) if c.dtype.kind in "fc"]
-                if not picks:
-                    raise InputError(f"wrt argument {w!r} holds no float arrays or floats to differentiate")
-                self.wrt_layout.append([(k, len(self.wrt) + j) for j, (k, _) in enumerate(picks)])
-                self.wrt += [c for _, c in picks]
-                continue
-            c = cap.arg_containers.get(w)
-            if c is None:
-                raise InputError(f"wrt argument {w!r} is not a float array or scalar argument")
-            if c.dtype.kind not in "fc":
-                raise InputError(f"wrt argument {w!r} has dtype {c.dtype}; only float and complex arguments can "
-                                 "be differentiated")
-            self.wrt_layout.append(None)
-            self.wrt.append(c)
+        self.wrt, self.wrt_layout = _wrt_containers(cap, wrt_spec)
 
     def _compile_tangent(self, cap, backend, mode):
         """The tangent program (``jvp``: of the function; ``hvp``: of its gradient, forward over
@@ -150,15 +172,7 @@ class _Compiled:
         prog = self.prog
         over_reverse, batched = TANGENT_MODES[mode]
         if over_reverse:
-            gp = build_reverse(prog, self.wrt, cap.namer)
-            grad = gp.grads.get(self.wrt[0])
-            if grad is None:             # the result does not depend on it: a zero gradient
-                grad = Container(cap.namer("g_" + self.wrt[0].name), self.wrt[0].dtype, self.wrt[0].shape)
-                gp.backward = gp.backward + [Assign(Ref(grad), Const(0.0))]
-                gp.containers[grad.name] = grad
-            prog = Program(prog.name + "_grad", list(prog.params) + [gp.cotangent], gp.forward + gp.backward,
-                           [grad], gp.containers)
-            self.cotangent = gp.cotangent
+            prog, self.cotangent = _gradient_program(prog, self.wrt, cap.namer)
         tp = build_tangent(prog, self.wrt, cap.namer)
         if batched:
             tp = batch_tangent(tp, len(self.wrt), cap.namer)
@@ -240,11 +254,11 @@ class _Transform:
     _flowgrad_transform = True      # what the frontend recognises a transform called in captured code by
 
     def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None):
-        if getattr(fn, "_flowgrad_transform", False):
+        if getattr(fn, "_flowgrad_transform", False) and not hasattr(fn, "_flowgrad_capture"):
             raise UnsupportedError(f"unsupported nesting of flowgrad transforms ({type(self).__name__} of "
-                                   f"{type(fn).__name__}({fn.__name__})): higher-order derivatives are not "
-                                   "supported yet; differentiate the original function once, or write the first "
-                                   "derivative out as a NumPy function")
+                                   f"{type(fn).__name__}({fn.__name__})): of the transforms, only grad can be "
+                                   "taken further (jvp, jacfwd, linearize or jit of grad(f)); for second "
+                                   "derivatives use flowgrad.hessian or flowgrad.hvp")
         self.memory_budget = parse_bytes(memory_budget)
         if strategy is None:
             strategy = "store_all" if self.memory_budget is None else "ilp"
@@ -263,6 +277,7 @@ class _Transform:
         self.plans = {}             # memory plans by signature and integer arguments
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
+        self.__signature__ = self.signature      # a transform taking this one sees fn's arguments
 
     def bind(self, args):
         """The call's arguments by name, defaults applied."""
@@ -545,6 +560,31 @@ class grad(value_and_grad):
 
     def __call__(self, *args):
         return super().__call__(*args)[1]
+
+    def _flowgrad_capture(self, args):
+        """``grad(fn)`` as a captured program, so that ``jvp``, ``jacfwd``, ``linearize`` and ``jit``
+        take it (forward over reverse, as ``hvp``): the gradient program of ``fn`` (its forward
+        sweep with the tapes, then the backward sweep from cotangent 1), returning the gradient.
+        Reverse mode over it (``grad`` of ``grad``, ``hessian`` of ``grad``) is refused."""
+        names, single = self.wrt_names(args)
+        if not single:
+            raise UnsupportedError(f"a transform of grad({self.__name__}) with a tuple wrt: its result would be "
+                                   "a tuple of gradients; take grad of one argument")
+        cap = capture(self.fn, args, object_args=names)
+        unit = pipeline.run(pipeline.CAPTURED, pipeline.Unit({"body": cap.body}, cap.containers, cap.namer,
+                                                             [cap.result], self.backend, "reverse"))
+        if cap.result_layout is not None or cap.result.ndim or cap.result.dtype.kind != "f":
+            raise InputError(f"grad of {self.__name__} requires a real float scalar result")
+        wrt, layout = _wrt_containers(cap, names)
+        if layout != [None]:
+            raise UnsupportedError(f"a transform of grad({self.__name__}) in a pytree argument: take grad of an "
+                                   "array or float argument")
+        prog = Program(cap.name, cap.params, unit.sweeps["body"], [cap.result], cap.containers)
+        gp, cotangent = _gradient_program(prog, wrt, cap.namer)
+        cotangent.kind = "transient"            # no parameter here: the cotangent is 1
+        cap.body = [Assign(Ref(cotangent, ()), Const(1.0))] + gp.body
+        cap.result, cap.containers, cap.result_layout, cap.lowered = gp.results[0], gp.containers, None, True
+        return cap
 
 
 def vjp(fn, *args, wrt=None, backend=None):

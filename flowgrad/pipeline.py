@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from .autodiff.reverse import KEPT_OUTPUTS
+from .ir.core import Pop, Push, walk
 from .ir.printer import block_lines
 from .ir.verify import verify
 from .passes.bounds import hoist_view_bounds
@@ -118,9 +119,9 @@ REVERSE = [
 
 TANGENT = [
     Step("dce", "body", lambda b, u: eliminate_dead(b, set(u.outputs))[0]),
-    # forward over reverse keeps the gradient program's temporaries as the reverse pipeline left them
+    # a gradient program's (forward over reverse) temporaries stay as the reverse sweep made them
     Step("fuse", "body", lambda b, u: fuse_temporaries(b, protected=u.outputs),
-         when=lambda u: not u.mode.startswith("hvp")),
+         when=lambda u: not any(isinstance(s, (Push, Pop)) for s in walk(u.sweeps["body"]))),
     Step("hoist", "body", lambda b, u: hoist_factorizations(b, u.containers, u.namer)),
     Step("take", "body", lambda b, u: fuse_gathers(b)[0], when=native),
     Step("pack", "body", lambda b, u: pack_strided_views(b, u.containers, u.namer), when=native),

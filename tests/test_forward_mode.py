@@ -682,3 +682,42 @@ def test_tangent_of_an_argument_read_before_a_loop_rebinds_it_starts_at_zero(bac
     tp = flowgrad.api_forward._transform(rebinds_an_undifferentiated_argument, "x", backend, "hvp")
     text = next(iter(tp.cache.values())).ir_text()
     assert any(line.strip().startswith("t_A = 0") for line in text.splitlines()), text
+
+
+# ---------------------------------------------------------------------------------------
+# transforms of grad(f): forward over reverse
+# ---------------------------------------------------------------------------------------
+
+
+def sweep_with_a_parameter(x, c):
+    y = x.copy()
+    for i in range(1, x.shape[0]):
+        y[i] = y[i] + np.sin(y[i - 1]) * x[i] * c
+    return np.sum(y ** 2)
+
+
+def test_transforms_of_grad(backend):
+    """jvp, jacfwd, linearize and jit take grad(f) as JAX's do: jvp(grad(f)) is the hvp,
+    jacfwd(grad(f)) the Hessian, and a tangent in another argument the mixed derivative."""
+    x, v = U(5, seed=3), U(5, seed=4)
+    g = flowgrad.grad(sweep_with_a_parameter, backend=backend)
+    gx = flowgrad.grad(sweep_with_a_parameter, backend="numpy")(x, 0.7)
+    out, t = flowgrad.jvp(g, (x, 0.7), (v, None), wrt="x", backend=backend)
+    np.testing.assert_allclose(out, gx, rtol=1e-13)
+    plus = flowgrad.grad(sweep_with_a_parameter, backend="numpy")(x + EPS * v, 0.7)
+    minus = flowgrad.grad(sweep_with_a_parameter, backend="numpy")(x - EPS * v, 0.7)
+    np.testing.assert_allclose(t, (plus - minus) / (2 * EPS), rtol=1e-6, atol=1e-8)
+    H = flowgrad.jacfwd(g, backend=backend)(x, 0.7)
+    np.testing.assert_allclose(H, flowgrad.hessian(sweep_with_a_parameter, backend=backend)(x, 0.7),
+                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(H @ v, t, rtol=1e-12, atol=1e-14)
+    _, t_c = flowgrad.jvp(g, (x, 0.7), (None, 1.0), wrt="c", backend=backend)
+    gp = flowgrad.grad(sweep_with_a_parameter, backend="numpy")
+    np.testing.assert_allclose(t_c, (gp(x, 0.7 + EPS) - gp(x, 0.7 - EPS)) / (2 * EPS), rtol=1e-6, atol=1e-8)
+    _, f_jvp = flowgrad.linearize(g, x, 0.7, wrt="x", backend=backend)
+    np.testing.assert_allclose(f_jvp(v, None), t, rtol=1e-13)
+    np.testing.assert_allclose(flowgrad.jit(g, backend=backend)(x, 0.7), gx, rtol=1e-13)
+    # a scalar function of a scalar: the second derivative
+    d2 = flowgrad.jacfwd(flowgrad.grad(lambda s: s ** 3 * np.sin(s), backend=backend), backend=backend)(0.4)
+    np.testing.assert_allclose(d2, 6 * 0.4 * np.sin(0.4) + 6 * 0.4 ** 2 * np.cos(0.4) - 0.4 ** 3 * np.sin(0.4),
+                               rtol=1e-12)

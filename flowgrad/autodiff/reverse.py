@@ -688,6 +688,11 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     a checkpoint schedule kind (see ``flowgrad.checkpoint.schedules``) and the argument container
     holding its parameter (snapshot interval or count); other loops store every iteration.
     """
+    tape = next((s for s in walk(prog.body) if isinstance(s, (Push, Pop))), None)
+    if tape is not None:
+        raise UnsupportedError(f"{str(tape.loc) + ': ' if tape.loc else ''}unsupported reverse mode over a gradient "
+                               "program (grad or hessian of grad(f)): take second derivatives with "
+                               "flowgrad.hessian, flowgrad.hvp, or jvp/jacfwd of grad(f) (forward over reverse)")
     prog = Program(prog.name, prog.params, _record_conditions(prog.body, namer, prog.containers),
                    prog.results, prog.containers)
     result = prog.results[0]

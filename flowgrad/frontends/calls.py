@@ -159,8 +159,8 @@ class CallExpressions:
             return fn._flowgrad_inline(self, args, kwargs, loc)
         if getattr(fn, "_flowgrad_transform", False):
             raise unsupported(loc, f"calling the flowgrad transform {name}() inside a function flowgrad captures",
-                              "nesting flowgrad transforms (grad of grad) is not supported yet: call it outside, "
-                              "or write the derivative out")
+                              "transform grad(f) itself instead (flowgrad.jvp, jacfwd, linearize or jit of "
+                              "flowgrad.grad(f)), or use flowgrad.hvp / flowgrad.hessian for second derivatives")
         if fn is builtins.print:
             _warn_print(loc)
             return None
