@@ -7,13 +7,11 @@
     ...     return np.sum(x * x)
     >>> g = flowgrad.grad(f, wrt="x")(np.linspace(0, 1, 8), 5)
 """
+from . import registry  # noqa: F401 - composes the op families' tables (flowgrad/registry.py)
 from .api import explain, grad, jit, value_and_grad, vjp
 from .api_forward import hessian, hvp, jacfwd, jacrev, jvp, linearize
 from .autodiff.rules import coverage
 from .errors import FlowgradError, InputError, UnsupportedError
-from . import fft_ops  # noqa: F401 - registers the Fourier transforms' Call ops
-from . import linalg_ops  # noqa: F401 - registers the matrix decompositions' Call ops
-from . import nn_ops  # noqa: F401 - registers the neural-network Call ops
 from .frontends.fortran import from_fortran
 from .frontends.onnx import from_onnx
 from .frontends.torch import from_torch

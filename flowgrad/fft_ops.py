@@ -81,6 +81,4 @@ def _lower(low, s, ind):
     low.line(f"_rt.fft.transform({code}, {x}, {c.name}, {s.attrs['axis']}, {NORMS.index(s.attrs['norm'])}, {n})"
              f"  # np.fft.{TRANSFORMS[code]}", ind)
 
-
-rules.CALLS.update(FFT_CALLS)
-native_calls.CALL_LOWERING.update({name: _lower for name in FFT_CALLS})
+FFT_LOWERING = {name: _lower for name in FFT_CALLS}

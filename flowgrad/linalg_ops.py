@@ -617,6 +617,3 @@ LINALG_LOWERING = {
     "eigh_vjp": _lower_vjp("eigh", 2, ("lower",)), "svd_vjp": _lower_vjp("svd", 3), "qr_vjp": _lower_vjp("qr", 2),
     "lstsq_vjp": _lower_vjp("lstsq", 3, (-1,)), "solve_triangular": _lower_solve_triangular,
 }
-
-rules.CALLS.update(LINALG_CALLS)
-native_calls.CALL_LOWERING.update(LINALG_LOWERING)

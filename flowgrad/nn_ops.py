@@ -691,6 +691,3 @@ NN_LOWERING = {
     "max_first": _lower_max_first, "max_first_grad": _lower_max_first_grad, "max_const": _lower_max_const,
     "activation": _lower_activation, "erf": _lower_erf, "stop_gradient": _lower_elementwise("{}"),
 }
-
-rules.CALLS.update(NN_CALLS)
-native_calls.CALL_LOWERING.update(NN_LOWERING)

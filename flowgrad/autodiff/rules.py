@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import ELEMENTWISE, INPLACE_CALLS, Assign, Call, Const, NewAxis, Read, Ref, Slice, op
+from ..ir.core import ELEMENTWISE, Assign, Call, Const, NewAxis, Read, Ref, Slice, op
 
 # ------------------------------------------------------------- elementwise partials
 # Each entry: (g, out, *args) -> one adjoint expression per operand (None: no derivative).
@@ -592,7 +592,8 @@ def _gather_index(ins, attrs):
     return "(" + ", ".join(parts) + ",)"
 
 
-CALLS = {
+# the core family's ops; ``flowgrad.registry`` composes every family into ``CALLS``
+CORE_CALLS = {
     "sum": CallRule(_red("sum"), _vjp_sum, jvp=jvp_linear(0), complex=True, doc="sum over axes"),
     "prod": CallRule(_red("prod"), _vjp_prod, jvp=_jvp_prod, complex=True, doc="product over axes"),
     "check_index": CallRule(lambda i, a: f"_rt.check_index({', '.join(i)})",
@@ -704,7 +705,8 @@ CALLS = {
 }
 
 
-INPLACE_CALLS.update(name for name, rule in CALLS.items() if rule.inplace)
+# every family's ops, composed by ``flowgrad.registry`` (the one place that writes it)
+CALLS = dict(CORE_CALLS)
 
 
 def missing_rules(lowered=None) -> list:
@@ -728,9 +730,10 @@ def missing_rules(lowered=None) -> list:
 
 
 def coverage() -> str:
-    """A readable list of every primitive the rule table covers: for each elementwise primitive
-    whether it has partials (which give both its tangent and its adjoint), for each call whether
-    it has an adjoint (vjp) and a tangent (jvp), or why it needs none; then what is missing.
+    """A readable list of every primitive the registry covers: for each elementwise primitive
+    whether it has partials (which give both its tangent and its adjoint); for each call its
+    family, whether it has an adjoint (vjp) and a tangent (jvp), or why it needs none, and whether
+    the numpy and the native backend lower it; then what is missing.
 
     Returns:
       The table as text (``flowgrad rules`` prints it).
@@ -738,20 +741,27 @@ def coverage() -> str:
     Example:
       >>> print(flowgrad.coverage())                                  # doctest: +SKIP
     """
-    lines = ["elementwise (partials: tangent and adjoint):"]
+    from ..backends.native_calls import CALL_LOWERING
+    from ..registry import FAMILY_OF
+    lines = ["elementwise (partials: tangent and adjoint; both backends lower every one, "
+             "tests/test_native_lowering.py runs each):"]
     for name in sorted(ELEMENTWISE):
         kind = "partials" if name in PARTIALS else ("zero" if name in ZERO_DERIVATIVE else
                                                     "none: " + NO_PARTIALS.get(name, "MISSING"))
         lines.append(f"  {name:14s} {kind}")
-    lines.append("calls (adjoint, tangent):")
+    lines.append("calls (family, adjoint, tangent, numpy, native):")
     for name, rule in sorted(CALLS.items()):
+        lowered = ("numpy" if callable(rule.numpy) else "NO NUMPY") + " " + \
+            ("native" if name in CALL_LOWERING else "NO NATIVE")
+        family = FAMILY_OF.get(name, "?")
         if rule.exempt:
-            lines.append(f"  {name:18s} {'none: ' + rule.exempt:31s}  {rule.doc}")
+            lines.append(f"  {name:18s} {family:7s} {'none: ' + rule.exempt:31s}  {lowered:13s}  {rule.doc}")
             continue
         vjp = "vjp" if rule.vjp else (f"adjoint of {rule.adjoint_of}" if rule.adjoint_of else "no adjoint")
         jvp = "jvp" if rule.jvp else "no tangent"
-        lines.append(f"  {name:18s} {vjp:20s} {jvp:10s}  {rule.doc}")
-    missing = missing_rules()
+        lines.append(f"  {name:18s} {family:7s} {vjp:20s} {jvp:10s}  {lowered:13s}  {rule.doc}")
+    missing = missing_rules(CALL_LOWERING) + [f"{n}: no numpy source" for n, r in sorted(CALLS.items())
+                                              if not callable(r.numpy)]
     lines.append("missing: " + ("nothing" if not missing else "; ".join(missing)))
     return "\n".join(lines)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import FlowgradError
 from ..ir.core import Call, Read, Ref, const_value, iter_reads, op, same_expr, same_ref
 from .numpy import dtype_src
 
@@ -703,7 +702,8 @@ def _lower_check_index(low, s, ind):
     low.line(f"{s.outputs[0].name} = True", ind)
 
 
-CALL_LOWERING = {
+# the core family's lowerings; ``flowgrad.registry`` composes every family into ``CALL_LOWERING``
+CORE_LOWERING = {
     "check_index": _lower_check_index, "check_sizes": _lower_check_sizes, "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
     "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
     "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
@@ -716,3 +716,6 @@ CALL_LOWERING = {
     "scatter": _lower_scatter, "mask_gather": _lower_mask("gather"), "mask_scatter": _lower_mask("scatter"),
     "mask_add": _lower_mask("add"), "sum_to": _lower_sum_to, "bincount": _lower_bincount,
 }
+
+# every family's lowerings, composed by ``flowgrad.registry`` (the one place that writes it)
+CALL_LOWERING = dict(CORE_LOWERING)
