@@ -16,6 +16,7 @@ from . import pytree
 from .api import (DEFAULT_BACKEND, _format_grads, _is_float_leaf, _run_vjp, _scalar_result, _Transform,
                   _unpack_result)
 from .errors import InputError
+from .ir.core import Assign, Call, iter_reads, walk
 
 # one transform per function, wrt, backend and mode: a compiled program is reused across calls
 _TRANSFORMS = weakref.WeakKeyDictionary()
@@ -249,7 +250,8 @@ class jacfwd(_Jacobian):
         return out[0] if single else tuple(out)
 
 
-# the most bytes of one batched tangent value: more directions are taken in several calls
+# the most bytes of one batched tangent value (complex: 16 per element): more directions are
+# taken in several calls
 DIRECTIONS_BYTES = 1 << 27
 
 
@@ -262,8 +264,8 @@ def _all_directions(entry, args, extra, shapes):
     differentiated arguments (of ``shapes``, in order), the tangents stacked on a first axis."""
     sizes = [_size(s) for s in shapes]
     total = sum(sizes)
-    widest = max([1] + sizes + [_size(_fixed_shape(entry.result))])
-    per_call = max(1, min(total, DIRECTIONS_BYTES // (8 * widest)))
+    widest = max([1] + sizes + [_widest(entry, args)])
+    per_call = max(1, min(total, DIRECTIONS_BYTES // (16 * widest)))
     value, parts = None, []
     for lo in range(0, max(total, 1), per_call):
         m = min(per_call, total - lo) if total else 0
@@ -281,9 +283,26 @@ def _all_directions(entry, args, extra, shapes):
     return value, rows.reshape((total,) + np.shape(value))
 
 
-def _fixed_shape(c):
-    """``c``'s shape where it is known before the call, else ``()``."""
-    return tuple(int(d.value) for d in c.shape) if all(hasattr(d, "value") for d in c.shape) else ()
+def _widest(entry, args):
+    """The most elements of one direction of a batched tangent value of ``entry``'s program, where
+    the arguments give its size (a size only the program body knows is left out)."""
+    from .checkpoint.plan import _Unknown, evaluate
+    prog, env = entry.tangent_prog, entry.arg_env(args)
+    n_dirs = prog.params[-1]
+    # the batched containers and the values statements compute on the way (a fused outer product)
+    shapes = [c.shape for c in prog.containers.values()]
+    for st in walk(prog.body):
+        shapes += [e.shape for e in ([st.expr] if isinstance(st, Assign) else
+                                     list(st.inputs) if isinstance(st, Call) else [])]
+    widest = 1
+    for shape in shapes:
+        if not (shape and any(r.ref.container is n_dirs for r in iter_reads(shape[0]))):
+            continue
+        try:
+            widest = max(widest, int(np.prod([evaluate(d, env) for d in shape[1:]], dtype=np.int64)))
+        except _Unknown:
+            continue
+    return widest
 
 
 class jacrev(_Jacobian):

@@ -575,13 +575,25 @@ def test_many_directions_are_taken_in_several_calls(monkeypatch):
     def f(x, y):
         return np.cumsum(np.sin(x) * y[0]) + y[1] * y[2]
     whole = flowgrad.jacfwd(f, wrt=(0, 1), backend="numpy")(x, y)
-    monkeypatch.setattr(api_forward, "DIRECTIONS_BYTES", 8 * 7 * 3)         # three directions a call
+    monkeypatch.setattr(api_forward, "DIRECTIONS_BYTES", 16 * 7 * 3)        # three directions a call
     jac = flowgrad.jacfwd(f, wrt=(0, 1), backend="numpy")
     calls = _counting(jac, monkeypatch)
     parts = jac(x, y)
     assert [c[-1] for c in calls] == [3, 3, 3, 1]
     for a, b in zip(whole, parts):
         np.testing.assert_array_equal(a, b)
+
+    def g(x):                        # an intermediate larger than the input and the result
+        y = np.outer(x, x)
+        y[0, 0] = 1.0
+        return np.sum(np.sin(y) ** 2, axis=0)
+    x4 = U(4, seed=7)
+    whole = flowgrad.jacfwd(g, backend="numpy")(x4)
+    monkeypatch.setattr(api_forward, "DIRECTIONS_BYTES", 16 * 16 * 2)       # the 4 x 4 outer product: two
+    jac = flowgrad.jacfwd(g, backend="numpy")
+    calls = _counting(jac, monkeypatch)
+    np.testing.assert_array_equal(jac(x4), whole)
+    assert [c[-1] for c in calls] == [2, 2]
 
 
 def cholesky_logdet(A):
