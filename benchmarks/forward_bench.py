@@ -21,6 +21,7 @@ import argparse
 import copy
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -201,7 +202,8 @@ def main(argv=None):
         rows.append(row)
         print(_line(row, backends), flush=True)
     hess = bench_hessian(jax, backends)
-    text = report(rows, backends, hess, a, time.time() - start)
+    command = "python -m benchmarks.forward_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = report(rows, backends, hess, a, time.time() - start, command)
     if a.out:
         with open(os.path.join(a.out, "forward_results.md"), "w") as f:
             f.write(text)
@@ -229,10 +231,10 @@ def _line(row, backends):
     return "  ".join(parts)
 
 
-def report(rows, backends, hess, a, seconds):
+def report(rows, backends, hess, a, seconds, command):
     systems = list(backends) + ["jax"]
     lines = ["# Forward mode and Hessian-vector products against JAX", "",
-             f"`python -m benchmarks.forward_bench --out benchmarks` (size `{a.size}`, about {a.budget:g} s of "
+             f"`{command.strip()}` ({len(rows)} kernels, size `{a.size}`, about {a.budget:g} s of "
              f"timed calls per measurement), on {platform.processor() or platform.machine()} ({os.cpu_count()} "
              f"CPUs), {time.strftime('%Y-%m-%d')}, {seconds:.0f} s in all. Medians after a warm-up call that "
              "compiles (itself after a first call, not timed); arguments copied outside the timed region. JAX: `jax.jit` of `f`, `jax.jvp(f)`, "
