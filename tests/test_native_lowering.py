@@ -836,6 +836,7 @@ def _every_elementwise_op():
                 "logical_or": (op("greater", X, Const(0.5)), op("greater", Y, Const(0.5))),
                 "logical_not": (op("greater", X, Const(0.5)),),
                 "where": (op("greater", X, Y), X, Y), "checked_index": (Const(-2), Const(5)),
+                "polygamma": (Const(3), X),
                 "real": (Z,), "imag": (Z,), "conj": (Z,), "angle": (Z,)}
     names = sorted(ELEMENTWISE)
     out = Container("out", np.float64, (len(names), 5), "transient")

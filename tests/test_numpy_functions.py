@@ -524,3 +524,30 @@ def test_refused_with_a_message(fn, args, error, words, backend):
         flowgrad.jit(fn, backend=backend)(*args)
     assert words in str(excinfo.value)
     assert "test_numpy_functions.py:" in str(excinfo.value)
+
+
+POLYGAMMA_POINTS = np.array([-2.5, -0.3, 0.05, 0.5, 1.0, 3.7, 12.0, 45.0])
+
+
+def polygammas(x):
+    return (np.sum(scipy.special.polygamma(2, x) * 0.1) + np.sum(scipy.special.polygamma(3, x) * 0.01)
+            + np.sum(scipy.special.polygamma(1, x) + scipy.special.psi(x)))
+
+
+def test_polygamma_values_and_derivatives(backend):
+    """polygamma(n, x) of any order, both backends, against SciPy; its derivative is the next order,
+    so a Hessian through digamma (trigamma's derivative) is taken."""
+    x = POLYGAMMA_POINTS
+    check_forward(polygammas, (x,), backend=backend)
+    for n in (1, 2, 3, 4, 6):
+        got = flowgrad.jit(lambda x, n=n: scipy.special.polygamma(n, x), backend=backend)(x)
+        np.testing.assert_allclose(got, scipy.special.polygamma(n, x), rtol=1e-13, err_msg=f"order {n}")
+    g = flowgrad.grad(polygammas, backend=backend)(x)
+    expected = (scipy.special.polygamma(3, x) * 0.1 + scipy.special.polygamma(4, x) * 0.01
+                + scipy.special.polygamma(2, x) + scipy.special.polygamma(1, x))
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
+    H = flowgrad.hessian(sum_of_digamma, backend=backend)(GAMMA_POINTS)
+    np.testing.assert_allclose(H, np.diag(scipy.special.polygamma(2, GAMMA_POINTS)), rtol=1e-12, atol=1e-14)
+    for n in (1, 2, 3):                  # SciPy's values at the poles: inf for odd orders, -inf for even
+        got = flowgrad.jit(lambda x, n=n: scipy.special.polygamma(n, x), backend=backend)(np.array([0.0, -1.0]))
+        np.testing.assert_array_equal(got, scipy.special.polygamma(n, np.array([0.0, -1.0])))

@@ -89,6 +89,8 @@ PARTIALS = {
     "exp2": lambda g, out, a: (g * out * float(np.log(2.0)),),
     "gammaln": lambda g, out, a: (g * op("digamma", a),),
     "digamma": lambda g, out, a: (g * op("trigamma", a),),
+    "trigamma": lambda g, out, a: (g * op("polygamma", Const(2), a),),
+    "polygamma": lambda g, out, n, a: (None, g * op("polygamma", op("add", n, Const(1)), a)),
     "cbrt": lambda g, out, a: (g / (3.0 * _sq(out)),),
     # out >= max(a, b), so neither exponential overflows
     "logaddexp": lambda g, out, a, b: (g * op("exp", a - out), g * op("exp", b - out)),
@@ -113,7 +115,6 @@ NO_PARTIALS = {
     "checked_index": "an integer index, bounds-checked: never differentiated",
     # only digamma's derivative; its own (polygamma(2, x)) is not an op yet, so a third derivative
     # of gammaln is refused with the op's name
-    "trigamma": "digamma's derivative; its own derivative (polygamma(2, x)) is not provided",
 }
 # FLOPs per element; transcendental functions count as several.
 ELEMENTWISE_FLOPS = {n: (8 if ELEMENTWISE[n][1] in ("float", "real_float") and n != "divide" else 1)

@@ -34,7 +34,7 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_di
           "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 _FUNC = {"abs": "np.abs", "round": "np.rint", "maximum": "np.maximum", "minimum": "np.minimum",
          "gammaln": "_rt.gammaln", "digamma": "_rt.digamma",
-         "trigamma": "_rt.trigamma"}
+         "trigamma": "_rt.trigamma", "polygamma": "_rt.polygamma"}
 _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", "int32": "np.int32",
          "bool": "np.bool_", "complex128": "np.complex128", "complex64": "np.complex64"}
 # parts and conjugate of a (complex or real) element, as Numba types them

@@ -143,9 +143,11 @@ def digamma(x):
 @_jit
 def trigamma(x):
     """The derivative of digamma: psi1(x) = psi1(x + 1) + 1 / x^2 up to x >= 10, then the
-    asymptotic series; reflection below 0."""
-    if x != x or (x <= 0.0 and math.floor(x) == x):
+    asymptotic series; reflection below 0; inf at the poles 0, -1, -2, ... (SciPy's values)."""
+    if x != x:
         return math.nan
+    if x <= 0.0 and math.floor(x) == x:
+        return math.inf
     if x < 0.0:                            # psi1(1 - x) + psi1(x) = pi^2 / sin(pi x)^2
         return (math.pi / math.sin(math.pi * x)) ** 2 - trigamma(1.0 - x)
     acc = 0.0
@@ -155,6 +157,34 @@ def trigamma(x):
     f = 1.0 / (x * x)
     series = (1.0 + f * (1.0 / 6 + f * (-1.0 / 30 + f * (1.0 / 42 + f * (-1.0 / 30 + f * 5.0 / 66))))) / x
     return acc + series + 0.5 * f
+
+
+# Bernoulli numbers B_2, B_4, ..., B_20 (the asymptotic series of polygamma)
+_BERNOULLI = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6, -3617.0 / 510,
+              43867.0 / 798, -174611.0 / 330)
+
+
+@_jit
+def polygamma(n, x):
+    """SciPy's polygamma(n, x) for an integer n >= 1: psi_n(x) = psi_n(x + 1) + (-1)^(n+1) n! / x^(n+1)
+    up to x >= 20 + n, then the asymptotic series (-1)^(n+1) [(n-1)! / x^n + n! / (2 x^(n+1))
+    + sum_k B_2k (2k+n-1)! / ((2k)! x^(2k+n))]; at the poles 0, -1, -2, ... inf for odd n, -inf
+    for even n."""
+    n = int(n)
+    sign = 1.0 if n % 2 == 1 else -1.0
+    if x != x:
+        return math.nan
+    if x <= 0.0 and math.floor(x) == x:
+        return sign * math.inf
+    fact = math.gamma(n + 1.0)
+    acc = 0.0
+    while x < 20.0 + n:
+        acc += 1.0 / x ** (n + 1)
+        x += 1.0
+    s = math.gamma(float(n)) / x ** n + fact / (2.0 * x ** (n + 1))
+    for k in range(1, len(_BERNOULLI) + 1):
+        s += _BERNOULLI[k - 1] * math.exp(math.lgamma(2.0 * k + n) - math.lgamma(2.0 * k + 1.0)) / x ** (2 * k + n)
+    return sign * (fact * acc + s)
 
 
 @_jit

@@ -19,7 +19,7 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_di
           "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
           "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 _NP_NAME = {"abs": "absolute", "logical_and": "logical_and", "logical_or": "logical_or"}
-_SPECIAL = {"gammaln", "digamma", "trigamma"}        # SciPy's, through the runtime
+_SPECIAL = {"gammaln", "digamma", "trigamma", "polygamma"}        # SciPy's, through the runtime
 _SCALAR_TYPE = {"f": "np.{}", "i": "int", "u": "int", "b": "bool"}
 _CASTS = ("float64", "float32", "int64", "int32", "bool", "complex128", "complex64")
 

@@ -23,6 +23,10 @@ def trigamma(x):
     return scipy.special.polygamma(1, x)
 
 
+def polygamma(n, x):
+    return scipy.special.polygamma(n, x)
+
+
 def sum_to(x, shape, full):
     """Sum ``x``, broadcast to ``full``, back down to ``shape`` (the adjoint of broadcasting): a
     new array, never ``x`` itself (a Call's output is memory of its own; an adjoint view passed

@@ -341,13 +341,26 @@ def _betaln(fe, loc, a, b):
     return op("subtract", op("add", op("gammaln", ea), op("gammaln", eb)), op("gammaln", op("add", ea, eb)))
 
 
+def _polygamma(fe, loc, n, x):
+    """``scipy.special.polygamma(n, x)``: digamma for n = 0, else the n-th derivative of digamma."""
+    ex = _float(fe.to_expr(x, loc))
+    if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+        if n < 0:
+            raise unsupported(loc, f"polygamma of order {n}", "the order is an integer n >= 0")
+        return op("digamma", ex) if n == 0 else op("trigamma", ex) if n == 1 else op("polygamma", Const(int(n)), ex)
+    en = fe.to_expr(n, loc)
+    if en.dtype.kind not in "iu":
+        raise unsupported(loc, "polygamma of a non-integer order", "pass an integer order n >= 1")
+    return op("polygamma", en, ex)
+
+
 def scipy_functions():
     """The ``scipy.special`` functions the frontend lowers (imported only once scipy is)."""
     import scipy.special as sp
     return {sp.expit: _expit, sp.log_expit: _log_expit, sp.logit: _logit, sp.logsumexp: _logsumexp,
             sp.softmax: _softmax(False), sp.log_softmax: _softmax(True), sp.erf: _erf,
             sp.xlogy: _xlogy("log"), sp.xlog1py: _xlogy("log1p"), sp.gammaln: _ufunc("gammaln"),
-            sp.digamma: _ufunc("digamma"), sp.betaln: _betaln}
+            sp.digamma: _ufunc("digamma"), sp.psi: _ufunc("digamma"), sp.polygamma: _polygamma, sp.betaln: _betaln}
 
 
 FUNCTIONS = {

@@ -264,6 +264,8 @@ ELEMENTWISE = {
     "exp2": (1, "float"), "cbrt": (1, "float"), "logaddexp": (2, "float"),
     # log |Gamma(x)| and its derivatives (SciPy's gammaln, digamma, polygamma(1, x))
     "gammaln": (1, "float"), "digamma": (1, "float"), "trigamma": (1, "float"),
+    # SciPy's polygamma(n, x), the n-th derivative of digamma (n an integer >= 1)
+    "polygamma": (2, "float"),
     "floor": (1, "same"), "ceil": (1, "same"), "round": (1, "same"),
     "where": (3, "where"),
     "less": (2, "bool"), "less_equal": (2, "bool"), "greater": (2, "bool"),

@@ -40,7 +40,8 @@ COMPLEX_REFUSED = {
     "arctan2": "it is defined for real operands", "hypot": "it is defined for real operands",
     "logaddexp": "it is defined for real operands", "cbrt": "it is defined for real operands",
     "gammaln": "it is defined for real operands", "digamma": "it is defined for real operands",
-    "trigamma": "it is defined for real operands", "checked_index": "indices are integers",
+    "trigamma": "it is defined for real operands", "polygamma": "it is defined for real operands",
+    "checked_index": "indices are integers",
     "logical_and": "it is defined for real operands", "logical_or": "it is defined for real operands",
     "logical_not": "it is defined for real operands",
 }
