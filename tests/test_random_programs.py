@@ -48,6 +48,12 @@ def test_random_programs_forward_mode_numpy_backend():
     _check_seeds(range(60, 100), "numpy", mode="jvp")
 
 
+def test_random_programs_jacobians_and_hessians_numpy_backend():
+    # every input direction in one batched program: jacfwd, and hessian (forward over reverse)
+    _check_seeds(range(100, 130), "numpy", mode="jac")
+    _check_seeds(range(130, 160), "numpy", mode="hess")
+
+
 @pytest.mark.native
 def test_random_programs_native_backend():
     _check_seeds(range(500, 506), "native")
