@@ -8,6 +8,7 @@ whose values depend on the seeds (found by following the data from them) gets a 
   its destination and each batched operand take the direction axis first, the operands padded
   with length-1 axes to the destination's rank so that NumPy's right-aligned broadcasting lines
   the direction axes up; the primal operands broadcast as they are;
+- a sum over given axes of such a value sums all directions at once, its axes shifted by one;
 - any other statement writing a batched value (a call, a gather) runs once per direction in a
   loop over them, reading direction ``d`` of each batched operand; a call writes its whole
   outputs, so it writes a per-direction slot that is then stored as direction ``d`` (an in-place
@@ -149,6 +150,8 @@ class _Batcher:
         return [Assign(Ref(self.wide[c]), Const(0.0)) for c in written]
 
     def call(self, s):
+        if s.op == "sum" and s.inputs[0].shape and self._elementwise(s.inputs[0], len(s.inputs[0].shape)):
+            return self.sum_all_dirs(s)
         d = self._direction_var()
         slots = {}
         for c in s.outputs:
@@ -168,6 +171,19 @@ class _Batcher:
         body += [Assign(self.one_dir(Ref(c), d), Read(Ref(slot))) for c, slot in slots.items()]
         fresh = [] if CALLS[s.op].inplace else self.fresh(slots)
         return fresh + [For(d, 0, scalar(self.n_dirs), 1, body, loc=s.loc)]
+
+    def sum_all_dirs(self, s):
+        """A sum over given axes of an elementwise value: one sum over all directions, each axis
+        shifted past the direction axis."""
+        (e,), (out,) = s.inputs, s.outputs
+        rank = len(e.shape)
+        axis = s.attrs["axis"]
+        axes = tuple(range(1, rank + 1)) if axis is None else \
+            tuple((a % rank) + 1 for a in (axis if isinstance(axis, tuple) else (axis,)))
+        expr = self.map_reads(e, lambda r: self.all_dirs(r, rank - len(r.shape)))
+        if out not in self.wide:            # read all directions but made from none: not batched
+            return [s]
+        return [Call("sum", [expr], [self.wide[out]], dict(s.attrs, axis=axes), s.loc)]
 
     def _direction_var(self):
         d = Container(self.namer("dir"), I64, (), "transient")
