@@ -287,19 +287,23 @@ def _widest(entry, args):
     """The most elements of one direction of a batched tangent value of ``entry``'s program, where
     the arguments give its size (a size only the program body knows is left out)."""
     from .checkpoint.plan import _Unknown, evaluate
-    prog, env = entry.tangent_prog, entry.arg_env(args)
-    n_dirs = prog.params[-1]
-    # the batched containers and the values statements compute on the way (a fused outer product)
-    shapes = [c.shape for c in prog.containers.values()]
-    for st in walk(prog.body):
-        shapes += [e.shape for e in ([st.expr] if isinstance(st, Assign) else
-                                     list(st.inputs) if isinstance(st, Call) else [])]
+    shapes = getattr(entry, "direction_shapes", None)
+    if shapes is None:
+        # the batched containers and the values statements compute on the way (a fused outer
+        # product), each without its direction axis: found once per compiled program
+        prog = entry.tangent_prog
+        n_dirs = prog.params[-1]
+        shapes = [c.shape for c in prog.containers.values()]
+        for st in walk(prog.body):
+            shapes += [e.shape for e in ([st.expr] if isinstance(st, Assign) else
+                                         list(st.inputs) if isinstance(st, Call) else [])]
+        shapes = entry.direction_shapes = [
+            shape[1:] for shape in shapes if shape and any(r.ref.container is n_dirs for r in iter_reads(shape[0]))]
+    env = entry.arg_env(args)
     widest = 1
     for shape in shapes:
-        if not (shape and any(r.ref.container is n_dirs for r in iter_reads(shape[0]))):
-            continue
         try:
-            widest = max(widest, int(np.prod([evaluate(d, env) for d in shape[1:]], dtype=np.int64)))
+            widest = max(widest, int(np.prod([evaluate(d, env) for d in shape], dtype=np.int64)))
         except _Unknown:
             continue
     return widest
@@ -377,9 +381,9 @@ def hvp(fn, primals, tangents, wrt=0, backend=None):
     return _hvp_run(t, primals, dict(zip(t.params, tangents)))
 
 
-def _hvp_run(t, args, by_name, arguments=None):
+def _hvp_run(t, args, by_name):
     names, _ = t.wrt_names(args)
-    arguments = t.bind(args) if arguments is None else arguments
+    arguments = t.bind(args)
     _real_wrt(t, names, arguments, "hvp")
     entry = t.compiled(args, arguments)
     _scalar_result(entry, t.__name__)

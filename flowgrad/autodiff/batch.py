@@ -25,7 +25,8 @@ is the program's result and its batched tangent, of shape ``(n_dirs,) + result.s
 from __future__ import annotations
 
 from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program, Push,
-                       Read, Ref, Slice, Take, While, broadcast_shapes, scalar, stmt_reads, walk)
+                       Read, Ref, Slice, Take, While, broadcast_shapes, iter_reads, map_blocks, scalar, stmt_reads,
+                       walk)
 from .rules import CALLS
 
 
@@ -98,12 +99,8 @@ class _Batcher:
         return out
 
     def stmt(self, s):
-        if isinstance(s, For):
-            return [For(s.var, s.start, s.stop, s.step, self.block(s.body), s.reverse, s.loc)]
-        if isinstance(s, While):
-            return [While(s.cond, self.block(s.body), s.loc)]
-        if isinstance(s, If):
-            return [If(s.cond, self.block(s.then), self.block(s.orelse), s.loc)]
+        if isinstance(s, (For, While, If)):
+            return [map_blocks(s, self.block)]
         if isinstance(s, Push):
             if s.tape not in self.wide:
                 return [s]
@@ -165,7 +162,7 @@ class _Batcher:
                 return r.with_container(slots[r.container])
             return self.one_dir(r, d)
         inputs = [self.map_reads(e, read) for e in s.inputs]
-        loads = CALLS[s.op].inplace or any(r.ref.container in slots for e in s.inputs for r in _reads(e))
+        loads = CALLS[s.op].inplace or any(r.ref.container in slots for e in s.inputs for r in iter_reads(e))
         body = [Assign(Ref(slot), Read(self.one_dir(Ref(c), d))) for c, slot in slots.items() if loads]
         body.append(Call(s.op, inputs, [slots.get(c, c) for c in s.outputs], s.attrs, s.loc))
         body += [Assign(self.one_dir(Ref(c), d), Read(Ref(slot))) for c, slot in slots.items()]
@@ -189,14 +186,6 @@ class _Batcher:
         d = Container(self.namer("dir"), I64, (), "transient")
         self.containers[d.name] = d
         return d
-
-
-def _reads(e):
-    if isinstance(e, Read):
-        yield e
-    elif isinstance(e, Op):
-        for a in e.args:
-            yield from _reads(a)
 
 
 def batch_tangent(tp: Program, n_seeds: int, namer) -> Program:

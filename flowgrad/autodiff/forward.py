@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ..errors import UnsupportedError
 from ..ir.core import (Assign, Call, Const, Container, For, If, Op, Pop, Program, Push, Read, Ref, While,
-                       child_blocks, is_inexact, iter_reads, op, stmt_reads, stmt_writes, walk)
+                       child_blocks, is_inexact, iter_reads, map_blocks, op, stmt_reads, stmt_writes, walk)
 from .reverse import activity
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
 
@@ -105,12 +105,8 @@ class TangentBuilder:
             return self.tangent_assign(s)
         if isinstance(s, Call):
             return self.tangent_call(s)
-        if isinstance(s, For):
-            return [For(s.var, s.start, s.stop, s.step, self.tangent_block(s.body), s.reverse, s.loc)]
-        if isinstance(s, While):
-            return [While(s.cond, self.tangent_block(s.body), s.loc)]
-        if isinstance(s, If):
-            return [If(s.cond, self.tangent_block(s.then), self.tangent_block(s.orelse), s.loc)]
+        if isinstance(s, (For, While, If)):
+            return [map_blocks(s, self.tangent_block)]
         if isinstance(s, (Push, Pop)):
             t = self.tangents.get(s.ref.container)
             if t is None:
