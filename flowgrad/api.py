@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from . import pytree
+from . import api_nested, pytree
 from .autodiff.batch import batch_tangent
 from .autodiff.forward import build_tangent
 from . import pipeline
@@ -252,13 +252,21 @@ class _Transform:
     """Shared machinery of grad/vjp/jit: signature checks, caching, introspection."""
 
     _flowgrad_transform = True      # what the frontend recognises a transform called in captured code by
+    _nested_kind = None             # grad, value_and_grad, jit: how a call in captured code lowers
+
+    def _flowgrad_inline(self, fe, args, kwargs, loc):
+        """A call of this transform inside captured code, lowered there (``api_nested``)."""
+        return api_nested.Nested(self._nested_kind, self.fn, self.wrt_given)._flowgrad_inline(fe, args, kwargs, loc)
 
     def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None):
+        if getattr(fn, "_nested_kind", None) == "jit":
+            fn = fn.fn                  # a transform of jit(f) is that of f
         if getattr(fn, "_flowgrad_transform", False) and not hasattr(fn, "_flowgrad_capture"):
             raise UnsupportedError(f"unsupported nesting of flowgrad transforms ({type(self).__name__} of "
-                                   f"{type(fn).__name__}({fn.__name__})): of the transforms, only grad can be "
-                                   "taken further (jvp, jacfwd, linearize or jit of grad(f)); for second "
-                                   "derivatives use flowgrad.hessian or flowgrad.hvp")
+                                   f"{type(fn).__name__}({fn.__name__})): a transform takes a function, grad(f) "
+                                   "or jit(f); write the composition as a function calling the inner transform "
+                                   "(lambda x: flowgrad.value_and_grad(f)(x)[1]), or use flowgrad.hessian or "
+                                   "flowgrad.hvp")
         self.memory_budget = parse_bytes(memory_budget)
         if strategy is None:
             strategy = "store_all" if self.memory_budget is None else "ilp"
@@ -291,6 +299,15 @@ class _Transform:
     def wrt_names(self, args, arguments=None):
         """(names of the ``wrt`` arguments, whether ``wrt`` is a single one); ``arguments``: the
         call's, when already bound."""
+        names, single = self.resolve_wrt()
+        arguments = self.bind(args) if arguments is None else arguments
+        for n in names:
+            if n in arguments:
+                _check_wrt_value(n, arguments[n])
+        return names, single
+
+    def resolve_wrt(self):
+        """(names of the ``wrt`` arguments, whether ``wrt`` is a single one), from the signature."""
         wrt = self.wrt_given
         single = not isinstance(wrt, (tuple, list))
         items = [wrt] if single else list(wrt)
@@ -313,10 +330,6 @@ class _Transform:
                 raise InputError(f"wrt entries must be argument names or positions, not {w!r} (wrt={wrt!r}; "
                                  f"{self.__name__} takes {', '.join(self.params)}): pass wrt='name', wrt=0 or a "
                                  "tuple of them")
-        arguments = self.bind(args) if arguments is None else arguments
-        for n in names:
-            if n in arguments:
-                _check_wrt_value(n, arguments[n])
         return tuple(names), single
 
     def planned(self, args, entry=None):
@@ -523,6 +536,9 @@ class value_and_grad(_Transform):
       >>> value, gx = vg(x, 3)                                       # doctest: +SKIP
     """
 
+    _nested_kind = "value_and_grad"
+    _flowgrad_nested = staticmethod(api_nested.nested_transform("value_and_grad"))
+
     def __init__(self, fn, wrt=0, backend=None, memory_budget=None, strategy=None):
         super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse", memory_budget, strategy)
 
@@ -557,6 +573,9 @@ class grad(value_and_grad):
       ...     return np.sum(np.sin(x) ** 2)
       >>> flowgrad.grad(f)(np.ones(3))                             # doctest: +SKIP
     """
+
+    _nested_kind = "grad"
+    _flowgrad_nested = staticmethod(api_nested.nested_transform("grad"))
 
     def __call__(self, *args):
         return super().__call__(*args)[1]
@@ -650,6 +669,9 @@ def vjp(fn, *args, wrt=None, backend=None):
     return result, pullback
 
 
+vjp._flowgrad_inline = api_nested.inline_vjp        # vjp called inside captured code
+
+
 def _copy_arrays(value, objects):
     """``value`` with its arrays (a pytree's too) copied."""
     if isinstance(value, np.ndarray):
@@ -667,6 +689,9 @@ class jit(_Transform):
       >>> f = flowgrad.jit(heat)                                   # doctest: +SKIP
       >>> f(u, 0.1, 10) == heat(u.copy(), 0.1, 10)                 # doctest: +SKIP
     """
+
+    _nested_kind = "jit"
+    _flowgrad_nested = staticmethod(api_nested.nested_transform("jit"))
 
     def __init__(self, fn, backend=None):
         super().__init__(fn, None, backend or DEFAULT_BACKEND, "forward")

@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 
-from . import pytree
+from . import api_nested, pytree
 from .api import (DEFAULT_BACKEND, _format_grads, _is_float_leaf, _run_vjp, _scalar_result, _Transform,
                   _unpack_result)
 from .errors import InputError
@@ -432,5 +432,10 @@ class hessian:
         _, rows = _all_directions(entry, args, [1.0], [shape])
         return np.asarray(rows, dtype=np.float64).reshape(shape + shape)
 
+
+# called inside captured code, jvp and hvp lower there (``api_nested``); the others are refused
+jvp._flowgrad_inline = api_nested.inline_jvp
+hvp._flowgrad_inline = api_nested.inline_hvp
+linearize._flowgrad_transform = _Jacobian._flowgrad_transform = hessian._flowgrad_transform = True
 
 __all__ = ["jvp", "linearize", "jacfwd", "jacrev", "hvp", "hessian"]

@@ -34,9 +34,10 @@ from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
 class TangentBuilder:
     """Builds the tangent statements of a program; the ``ctx`` of ``CallRule.jvp``."""
 
-    def __init__(self, prog: Program, wrt, result: Container, namer):
+    def __init__(self, prog: Program, wrt, namer):
         self.prog, self.namer = prog, namer
-        self.active_set = activity(prog, wrt, result) | {w for w in wrt if is_inexact(w.dtype)}
+        self.active_set = set().union(*(activity(prog, wrt, r) for r in prog.results)) | \
+            {w for w in wrt if is_inexact(w.dtype)}
         self.tangents = {}
         for c in sorted(self.active_set, key=lambda c: c.name):
             self.tangents[c] = Container(namer("t_" + c.name), c.dtype, c.shape, "arg" if c in wrt else "transient")
@@ -196,7 +197,7 @@ def _overwrites(s, c):
 
 def build_tangent(prog: Program, wrt, namer) -> Program:
     """The tangent program of ``prog``: parameters ``prog.params`` then one tangent per ``wrt``
-    container (the seed), results ``[prog.results[0], its tangent]``.
+    container (the seed), results ``prog.results`` then the tangent of each.
 
     Args:
       prog: a captured program (the forward program, or a gradient program with tapes).
@@ -206,8 +207,7 @@ def build_tangent(prog: Program, wrt, namer) -> Program:
     Returns:
       A Program whose body runs the original statements interleaved with their tangents.
     """
-    result = prog.results[0]
-    b = TangentBuilder(prog, list(wrt), result, namer)
+    b = TangentBuilder(prog, list(wrt), namer)
     body = b.tangent_block(prog.body)
     # a tangent starts at zero unless the first statement touching its value writes it whole on
     # every path: an argument updated in place (``y[0] = x[0]``) or read before a loop rebinds it
@@ -224,18 +224,21 @@ def build_tangent(prog: Program, wrt, namer) -> Program:
         if all(r.ref.container in params for d in c.shape for r in iter_reads(d)):
             init.append(Assign(Ref(t), Const(0.0)))
     body = init + body
-    t_result = b.tangents.get(result)
-    if t_result is None:
-        t_result = Container(namer("t_" + result.name), result.dtype, result.shape, "transient")
-        body.append(Assign(Ref(t_result), Const(0.0)))
+    t_results = []
+    for r in prog.results:
+        t = b.tangents.get(r)
+        if t is None:
+            t = Container(namer("t_" + r.name), r.dtype, r.shape, "transient")
+            body.append(Assign(Ref(t) if t.ndim else Ref(t, ()), Const(0.0)))
+        t_results.append(t)
     containers = dict(prog.containers)
-    for c in list(b.tangents.values()) + b.temps + list(b.tape_tangents.values()) + [t_result]:
+    for c in list(b.tangents.values()) + b.temps + list(b.tape_tangents.values()) + t_results:
         containers[c.name] = c
     for s in walk(body):
         if isinstance(s, For):
             containers.setdefault(s.var.name, s.var)
     seeds = [b.tangents[w] for w in wrt]
-    return Program(prog.name + "_jvp", list(prog.params) + seeds, body, [result, t_result], containers)
+    return Program(prog.name + "_jvp", list(prog.params) + seeds, body, list(prog.results) + t_results, containers)
 
 
 __all__ = ["build_tangent", "TangentBuilder"]

@@ -27,10 +27,15 @@ from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
 
 def activity(prog: Program, wrt, result) -> set:
     """Containers that depend on ``wrt`` and influence ``result`` (the critical subgraph)."""
-    stmts = [s for s in walk(prog.body) if isinstance(s, (Assign, Call))]
+    stmts = [s for s in walk(prog.body) if isinstance(s, (Assign, Call, Push, Pop))]
 
     def flows(s):
-        """(targets, sources) of derivative flow for one statement."""
+        """(targets, sources) of derivative flow for one statement (a gradient program's tapes carry
+        values too: a push from its view into the tape, a pop back)."""
+        if isinstance(s, Push):
+            return {s.tape}, {s.ref.container}
+        if isinstance(s, Pop):
+            return {s.ref.container}, {s.tape}
         if isinstance(s, Assign):
             srcs = {r.ref.container for r in data_reads(s.expr)}
             if s.accumulate:
@@ -79,8 +84,12 @@ class ReverseBuilder:
         self.prog, self.result, self.namer = prog, result, namer
         self.active_set = activity(prog, wrt, result)
         self.grads = {}
+        self.tape_grads = {}     # a tape of the program (reverse over a gradient program) -> its adjoint tape
         for c in sorted(self.active_set, key=lambda c: c.name):
-            self.grads[c] = Container(namer("g_" + c.name), c.dtype, c.shape, "transient")
+            if c.kind == "tape":
+                self.tape_grads[c] = Container(namer("g_" + c.name), c.dtype, (), "tape")
+            else:
+                self.grads[c] = Container(namer("g_" + c.name), c.dtype, c.shape, "transient")
         self.temps = []
         self.counters = {}       # While -> trip counter container
         self.restores = []       # every _Restore placeholder, forward program order
@@ -243,6 +252,11 @@ class ReverseBuilder:
             # a value made from nothing active (``C = np.eye(n)``, later written with active
             # values): no derivative flows through the call, its outputs' adjoints just end here
             return [Assign(Ref(self.grads[c]), Const(0.0)) for c in outs]
+        if rule.vjp is None and rule.adjoint_of:
+            raise UnsupportedError(f"{s.loc}: unsupported reverse mode over the adjoint of {rule.adjoint_of} "
+                                   f"({s.op}, in the gradient program being differentiated): take this second "
+                                   "derivative forward over reverse (flowgrad.hvp, flowgrad.hessian, or jvp of "
+                                   "grad(f))")
         if rule.vjp is None:
             raise UnsupportedError(f"{s.loc}: unsupported differentiation of {s.op}: no adjoint rule; "
                                    "compute it outside the differentiated function")
@@ -251,6 +265,34 @@ class ReverseBuilder:
         if not rule.inplace:
             stmts += [Assign(Ref(g), Const(0.0)) for g in gouts if g is not None]
         return stmts
+
+    def adjoint_push(self, s: Push):
+        """A push saved a view on a tape; the adjoint of that entry comes off the adjoint tape (the
+        adjoint of the pop that read the entry back pushed it there) into the view's adjoint."""
+        gt = self.tape_grads.get(s.tape)
+        if gt is None:
+            return []
+        t = self.temp(s.ref.shape, s.tape.dtype, "gtape")
+        whole = Ref(t) if t.ndim else Ref(t, ())
+        stmts = [Pop(gt, whole, s.loc)]
+        g = self.grads.get(s.ref.container)
+        if g is not None:
+            stmts.append(Assign(s.ref.with_container(g), Read(whole), accumulate=True))
+        return stmts
+
+    def adjoint_pop(self, s: Pop):
+        """A pop overwrote a view with a tape's entry: the view's adjoint goes onto the adjoint tape
+        (a stack, so the pushes' adjoints take the entries in the order they need) and is cleared."""
+        gt = self.tape_grads.get(s.tape)
+        g = self.grads.get(s.ref.container)
+        gref = s.ref.with_container(g) if g is not None else None
+        if gt is None:
+            return [] if gref is None else [Assign(gref, Const(0.0))]
+        if gref is None:                # nothing downstream of the popped value is active: a zero entry
+            t = self.temp(s.ref.shape, s.tape.dtype, "gzero")
+            gref = Ref(t) if t.ndim else Ref(t, ())
+            return [Assign(gref, Const(0.0)), Push(gt, gref, s.loc)]
+        return [Push(gt, gref, s.loc), Assign(gref, Const(0.0))]
 
     def reverse_block(self, stmts, depth):
         out = []
@@ -279,6 +321,10 @@ class ReverseBuilder:
             # Any other Call writes whole fresh outputs its inputs cannot read, so its adjoint
             # (which may read the outputs, e.g. max or solve) runs before they are restored.
             return self.adjoint_call(s) + restores
+        if isinstance(s, Push):
+            return self.adjoint_push(s)
+        if isinstance(s, Pop):
+            return [self._restore(s, s.ref, depth)] + self.adjoint_pop(s)
         if isinstance(s, For):
             body = self.reverse_block(s.body, depth + 1)
             back = For(s.var, s.start, s.stop, s.step, body, reverse=not s.reverse, loc=s.loc)
@@ -469,7 +515,7 @@ def _replays_in(loop, prog, written, backward_reads):
     outside = {r.ref.container for t in walk(prog.body) if id(t) not in inside for r in stmt_reads(t)}
     for k, st in enumerate(body):
         c = _fresh_definition(st)
-        if c is None or c.kind != "transient" or c in prog.results or written.get(c) != 1:
+        if c is None or c.kind != "transient" or c in prog.params or c in prog.results or written.get(c) != 1:
             continue
         deps = {r.ref.container for r in stmt_reads(st)}
         if c in deps or deps & (later_writes[k] | {c}):
@@ -688,11 +734,6 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     a checkpoint schedule kind (see ``flowgrad.checkpoint.schedules``) and the argument container
     holding its parameter (snapshot interval or count); other loops store every iteration.
     """
-    tape = next((s for s in walk(prog.body) if isinstance(s, (Push, Pop))), None)
-    if tape is not None:
-        raise UnsupportedError(f"{str(tape.loc) + ': ' if tape.loc else ''}unsupported reverse mode over a gradient "
-                               "program (grad or hessian of grad(f)): take second derivatives with "
-                               "flowgrad.hessian, flowgrad.hvp, or jvp/jacfwd of grad(f) (forward over reverse)")
     prog = Program(prog.name, prog.params, _record_conditions(prog.body, namer, prog.containers),
                    prog.results, prog.containers)
     result = prog.results[0]
@@ -712,12 +753,13 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     first = _first_touch(prog)
 
     tapes, pushes = {}, {}
+    params = set(prog.params)        # hold values from before the program, whatever their kind
 
     def keep(r: _Restore):
         c = r.ref.container
         if id(r) not in needed:
             return None
-        if c.kind == "transient" and b.loop_depth[id(r)] == 0 and first.get(c) is r.stmt:
+        if c.kind == "transient" and c not in params and b.loop_depth[id(r)] == 0 and first.get(c) is r.stmt:
             return None
         tape = tapes.get(c)
         if tape is None:
@@ -743,7 +785,8 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
                                        "use strategy='store_all'")
             loop_ckpt.apply(forward, backward, loop, kind, param, state, namer, containers,
                             prog.containers)
-    for c in list(b.grads.values()) + b.temps + list(tapes.values()) + list(b.counters.values()):
+    for c in list(b.grads.values()) + b.temps + list(tapes.values()) + list(b.counters.values()) + \
+            list(b.tape_grads.values()):
         containers[c.name] = c
     for s in walk(backward):
         if isinstance(s, For):

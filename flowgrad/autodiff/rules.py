@@ -137,8 +137,9 @@ class CallRule:
     exempt: why the op needs neither tangent nor adjoint (integer results, run-time checks,
     bookkeeping created after differentiation); empty for a differentiable op.
     adjoint_of: for a call that is another op's adjoint (it appears only in gradient programs), that
-    op: it needs a tangent (forward over reverse: ``hvp``, ``hessian``) but no adjoint of its own,
-    reverse over reverse being not built.
+    op: it needs a tangent (forward over reverse: ``hvp``, ``hessian``); an adjoint of its own, where
+    it has one, serves reverse over reverse (``grad`` of a function calling ``grad``), else that is
+    refused by name.
     """
 
     def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False, jvp=None, exempt="",
@@ -255,6 +256,15 @@ def _vjp_matmul(ctx, call, gouts):
         else:
             stmts += ctx.via_temp(b, "matmul", [_swap_last(a), gb], shape=g.shape[:-2] + b.shape[-2:])
     return stmts
+
+
+def _vjp_matmul_tn_flat(ctx, call, gouts):
+    """t = a.reshape(-1, k).T @ g.reshape(-1, m) (the adjoint of matmul's right operand): a's
+    adjoint is g @ t's adjoint transposed, g's is a @ t's adjoint, every row of the batch at once."""
+    (a, g), (gt,) = call.inputs, gouts
+    tb = Read(Ref(gt))
+    return ctx.via_temp(a, "matmul", [g, _swap_last(tb)], shape=a.shape) + \
+        ctx.via_temp(g, "matmul", [a, tb], shape=g.shape)
 
 
 def _vjp_solve(ctx, call, gouts):
@@ -381,6 +391,28 @@ def _vjp_scatter(ctx, call, gouts):
     t = ctx.temp(call.attrs["value_shape"], y.dtype, "gscat")
     return [Call("gather_last", [Read(Ref(gy))] + idx, [t], dict(call.attrs)), clear] + \
         ctx.accumulate(v, Read(Ref(t)))
+
+
+def _vjp_gather_last(ctx, call, gouts):
+    """t = g[idx] at the winning positions (the adjoint of ``y[idx] = v``): g's adjoint gets t's at
+    those positions, which a scatter into zeros puts there (the last duplicate wins, as in t)."""
+    g, *idx = call.inputs
+    gg = ctx.grad_ref(g)
+    if gg is None:
+        return []
+    if not g.ref.is_whole():
+        raise NotImplementedError("gather_last from a view")
+    t = ctx.temp(g.shape, gg.dtype, "gwin")
+    return [Assign(Ref(t), Const(0.0)), Call("scatter", [Read(Ref(gouts[0]))] + idx, [t], dict(call.attrs))] + \
+        ctx.accumulate(g, Read(Ref(t)))
+
+
+def _vjp_mask_add(ctx, call, gouts):
+    """y[m] += v: v's adjoint is y's at the mask; y's passes through."""
+    v, m = call.inputs
+    if not ctx.active(v):
+        return []
+    return ctx.via_temp(v, "mask_gather", [Read(Ref(gouts[0])), m], shape=v.shape)
 
 
 def _vjp_mask_gather(ctx, call, gouts):
@@ -624,7 +656,8 @@ CORE_CALLS = {
                        flops=lambda c, size: 2 * size(c.inputs[0].shape) *
                        (size(c.inputs[1].shape[-1:]) if len(c.inputs[1].shape) > 1 else 1),
                        complex=True, doc="matrix product (BLAS)"),
-    "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})", jvp=jvp_linear(0, 1),
+    "matmul_tn_flat": CallRule(lambda i, a: f"_rt.matmul_tn_flat({i[0]}, {i[1]})", _vjp_matmul_tn_flat,
+                               jvp=jvp_linear(0, 1),
                                adjoint_of="matmul",
                                flops=lambda c, size: 2 * size(c.inputs[0].shape) * size(c.inputs[1].shape[-1:]),
                                complex=True,
@@ -671,7 +704,8 @@ CORE_CALLS = {
     "arange": CallRule(lambda i, a: f"np.arange({', '.join(i)})", exempt="an integer result", doc="integer range"),
     "gather": CallRule(lambda i, a: f"np.array({i[0]}[{_gather_index(i[1:], a)}])", _vjp_gather, jvp=jvp_linear(0),
                        complex=True, doc="integer-array indexing x[idx]"),
-    "gather_last": CallRule(lambda i, a: f"_rt.gather_last({i[0]}, {_gather_index(i[1:], a)})", jvp=jvp_linear(0),
+    "gather_last": CallRule(lambda i, a: f"_rt.gather_last({i[0]}, {_gather_index(i[1:], a)})", _vjp_gather_last,
+                            jvp=jvp_linear(0),
                             adjoint_of="scatter",
                             complex=True, doc="gather where only the last duplicate index receives a value"),
     "add_at": CallRule(lambda i, a: f"np.add.at({{out}}, {_gather_index(i[1:], a)}, {i[0]})",
@@ -684,7 +718,7 @@ CORE_CALLS = {
     "mask_scatter": CallRule(lambda i, a: f"{{out}}[{i[1]}] = {i[0]}", _vjp_mask_scatter,
                              jvp=_jvp_mask_scatter, inplace=True,
                              complex=True, doc="boolean-mask write y[m] = v"),
-    "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", jvp=_jvp_mask_add, inplace=True,
+    "mask_add": CallRule(lambda i, a: f"{{out}}[{i[1]}] += {i[0]}", _vjp_mask_add, jvp=_jvp_mask_add, inplace=True,
                          adjoint_of="mask_gather",
                          complex=True, doc="boolean-mask accumulate y[m] += v"),
     "bincount": CallRule(lambda i, a: f"np.bincount({i[0]}, {i[1] if len(i) > 1 else None}, minlength={a['length']})",

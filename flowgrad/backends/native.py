@@ -1177,7 +1177,7 @@ def emit_grad(prog, gp, wrt) -> str:
     names = ", ".join([p.name for p in prog.params] + [gp.cotangent.name])
     low.line("@_jit", 0)
     low.line(f"def {prog.name}_grad({names}, _ws, _out):", 0)
-    tapes = list(gp.tapes.values())
+    tapes = [c for c in containers if c.kind == "tape"]     # a gradient program's own tapes too (reverse over reverse)
     returned = {result: 0}
     returned.update({gp.grads[w]: 1 + k for k, w in enumerate(wrt) if w in gp.grads})
     _prologue(low, prog, containers, tapes, 1, forward + gp.backward, returned)

@@ -306,8 +306,7 @@ def emit_vjp(prog, gp, wrt) -> str:
         e.line(f"{ct.name} = {_scalar_ctor(ct.dtype)}({ct.name})", 2)
     else:
         e.line(f"{ct.name} = np.asarray({ct.name}, dtype={dtype_src(ct.dtype)})", 2)
-    local = [c for c in gp.containers.values()
-             if c not in fwd_containers and c.kind not in ("tape", "arg")]
+    local = [c for c in gp.containers.values() if c not in fwd_containers and c.kind != "arg"]
     for ln in _init_lines(local, prog.params):
         e.line(ln, 2)
     e.block(gp.backward, 2)

@@ -9,7 +9,7 @@ state at the start of the reversed segment.
 """
 from __future__ import annotations
 
-from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index, Read, Ref, Slice, While,
+from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index, Pop, Push, Read, Ref, Slice, While,
                        iter_reads, op, scalar, stmt_reads, stmt_writes, walk)
 from . import schedules as S
 
@@ -59,6 +59,8 @@ def _inplace(call):
 
 def checkpointable(loop: For, state) -> str | None:
     """Why a loop cannot be checkpointed, or None."""
+    if any(isinstance(s, (Push, Pop)) for s in walk(loop.body)):
+        return "its body runs a gradient program, whose tape replaying would push twice"
     loop_written = {r.container for s in walk(loop.body) for r in stmt_writes(s)} | {loop.var}
     for c in state:
         for d in c.shape:

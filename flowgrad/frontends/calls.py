@@ -146,6 +146,9 @@ class CallExpressions:
         handler = pybuiltins.handler_for(fn) or library.handler_for(fn)
         if handler is not None:
             return handler(self, loc, *args, **kwargs)
+        lower = getattr(fn, "_flowgrad_nested" if isinstance(fn, type) else "_flowgrad_inline", None)
+        if lower is not None:     # a flowgrad transform, or a program object (from_fortran): lowers itself here
+            return lower(self, args, kwargs, loc)
         if isinstance(fn, MethodValue):
             return self.inline(fn.func, [fn.self_value] + list(args), kwargs, loc)
         if isinstance(fn, LocalFunction) or isinstance(fn, types.FunctionType) and not _is_library(fn):
@@ -155,12 +158,10 @@ class CallExpressions:
             return self.inline(fn.__func__, [fn.__self__] + list(args), kwargs, loc)
         if objects.is_user_class(fn):
             return objects.construct(self, fn, args, kwargs, loc)
-        if hasattr(fn, "_flowgrad_inline"):     # a program object (from_fortran) lowers itself here
-            return fn._flowgrad_inline(self, args, kwargs, loc)
         if getattr(fn, "_flowgrad_transform", False):
-            raise unsupported(loc, f"calling the flowgrad transform {name}() inside a function flowgrad captures",
-                              "transform grad(f) itself instead (flowgrad.jvp, jacfwd, linearize or jit of "
-                              "flowgrad.grad(f)), or use flowgrad.hvp / flowgrad.hessian for second derivatives")
+            raise unsupported(loc, f"{name}() inside a function flowgrad captures",
+                              "of flowgrad's transforms, grad, value_and_grad, jvp, vjp, hvp and jit nest there; "
+                              "take jacobians and Hessians of the whole function from outside")
         if fn is builtins.print:
             _warn_print(loc)
             return None

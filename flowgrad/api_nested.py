@@ -1,0 +1,358 @@
+"""flowgrad's transforms called inside code flowgrad captures, composed at the IR level.
+
+A call of ``grad(f)``, ``value_and_grad(f)``, ``jit(f)``, ``jvp``, ``vjp`` (and the pullback it
+returns) or ``hvp`` met while capturing a function is lowered where it stands. ``f`` is inlined
+into a statement list of its own, reading fresh containers that hold the differentiated
+arguments; that list becomes a program whose gradient (``autodiff.reverse``) or tangent
+(``autodiff.forward``) program is built, and the derivative program's statements are emitted into
+the capture in place of the call. The transform around the captured function then differentiates
+them like any other statements, so transforms nest to any depth:
+``grad(lambda x: grad(f)(x) @ v)``, ``jvp`` of a function calling ``grad``, ``grad`` of one
+calling ``jvp``.
+
+The inlined function gets its array arguments as copies (it may update them in place, as under a
+top-level ``grad`` call) but must not write arrays from outside it (values it closes over): the
+derivative program may run the function again (a ``vjp`` pullback recomputes the forward sweep it
+needs), which must then see what the first run saw.
+"""
+from __future__ import annotations
+
+import inspect
+
+from . import pipeline
+from .autodiff.forward import build_tangent
+from .autodiff.reverse import build_reverse
+from .errors import InputError, unsupported
+from .ir.core import Assign, Const, Expr, Program, Read, Ref, stmt_writes, walk
+
+
+class Nested:
+    """``grad(fn)``, ``value_and_grad(fn)`` or ``jit(fn)`` (``kind``) as captured code calls it."""
+
+    def __init__(self, kind, fn, wrt):
+        self.kind, self.fn, self.wrt = kind, fn, wrt
+        self.__name__ = f"{kind}({_name(fn)})"
+
+    def _flowgrad_inline(self, fe, args, kwargs, loc):
+        if self.kind == "jit":
+            return fe.call(self.fn, list(args), dict(kwargs), loc, _name(self.fn))
+        keys = _wrt_keys(self.fn, self.wrt, args, kwargs, loc, self.__name__)
+        values, grads = _gradient(fe, self.fn, args, kwargs, keys, loc, self.__name__)
+        single = not isinstance(self.wrt, (tuple, list))
+        g = grads[0] if single else tuple(grads)
+        return (values[0], g) if self.kind == "value_and_grad" else g
+
+
+def nested_transform(kind):
+    """The ``_flowgrad_nested`` hook of transform class ``kind``: ``grad(f, wrt=...)`` made inside
+    captured code."""
+    def make(fe, args, kwargs, loc):
+        try:
+            bound = _SIGNATURES[kind].bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InputError(f"{loc}: {kind}(): {exc}") from None
+        bound.apply_defaults()
+        return Nested(kind, bound.arguments["fn"], bound.arguments.get("wrt"))
+    return make
+
+
+def _grad_signature(fn, wrt=0, backend=None, memory_budget=None, strategy=None):
+    pass
+
+
+def _jit_signature(fn, backend=None):
+    pass
+
+
+_SIGNATURES = {"grad": inspect.signature(_grad_signature), "value_and_grad": inspect.signature(_grad_signature),
+               "jit": inspect.signature(_jit_signature)}
+
+
+# ---------------------------------------------------------------- jvp, hvp, vjp
+
+
+def inline_jvp(fe, args, kwargs, loc):
+    """``jvp(fn, primals, tangents, wrt=None)`` in captured code: ``(out, tangent_out)``."""
+    fn, primals, tangents, wrt = _bind(_jvp_signature, "jvp", args, kwargs, loc)
+    primals, tangents = _sequence(primals, "primals", loc), _sequence(tangents, "tangents", loc)
+    if len(primals) != len(tangents):
+        raise InputError(f"{loc}: jvp takes one tangent per primal: got {len(primals)} primals and "
+                         f"{len(tangents)} tangents")
+    keys = _default_keys(fe, primals, loc) if wrt is None else _wrt_keys(fn, wrt, primals, {}, loc, "jvp")
+    return _tangent(fe, fn, primals, tangents, keys, loc)
+
+
+def inline_hvp(fe, args, kwargs, loc):
+    """``hvp(fn, primals, tangents, wrt=0)`` in captured code: jvp of ``grad(fn)``."""
+    fn, primals, tangents, wrt = _bind(_jvp_signature, "hvp", args, kwargs, loc, wrt_default=0)
+    if isinstance(wrt, (tuple, list)):
+        raise InputError(f"{loc}: hvp differentiates one argument: pass wrt as one name or position")
+    primals, tangents = _sequence(primals, "primals", loc), _sequence(tangents, "tangents", loc)
+    if len(primals) != len(tangents):
+        raise InputError(f"{loc}: hvp takes one tangent per primal: got {len(primals)} primals and "
+                         f"{len(tangents)} tangents")
+    keys = _wrt_keys(fn, wrt, primals, {}, loc, "hvp")
+    return _tangent(fe, Nested("grad", fn, wrt), primals, tangents, keys, loc)[1]
+
+
+def inline_vjp(fe, args, kwargs, loc):
+    """``vjp(fn, *args, wrt=None)`` in captured code: ``(out, pullback)``. The pullback, called
+    in the same captured code, runs the gradient program of ``fn`` at the same arguments (its
+    forward sweep again, then the backward sweep from the cotangent it is given)."""
+    if not args:
+        raise InputError(f"{loc}: vjp() takes the function to differentiate")
+    fn, fargs = args[0], list(args[1:])
+    extra = set(kwargs) - {"wrt", "backend"}
+    if extra:
+        raise InputError(f"{loc}: vjp() got unexpected keyword arguments {sorted(extra)}")
+    wrt = kwargs.get("wrt")
+    keys = _default_keys(fe, fargs, loc) if wrt is None else _wrt_keys(fn, wrt, fargs, {}, loc, "vjp")
+    # the arguments as they are now: the pullback may be called after the caller changed them
+    args_now, _, wrt, mine = _own_arguments(fe, fargs, {}, keys, loc, "vjp")
+    stmts, outs, tree = _inline(fe, fn, args_now, {}, loc, "vjp", mine)
+    if len(outs) != 1:
+        raise unsupported(loc, f"vjp of {_name(fn)} inside a function flowgrad captures, with a result of "
+                               f"{len(outs)} arrays", "return one array (stack the results) or call vjp outside")
+    if any(w.container in mine for t in walk(stmts) for w in stmt_writes(t)):
+        raise unsupported(loc, f"vjp of {_name(fn)} inside a function flowgrad captures, where {_name(fn)} "
+                               "updates an argument in place", "write to a copy of the argument inside it")
+    for s in stmts:
+        fe.emit(s)
+    return Read(_whole(outs[0])), _Pullback(fn, args_now, wrt, outs[0], mine)
+
+
+class _Pullback:
+    """The pullback ``vjp`` returned inside captured code."""
+
+    __name__ = "pullback"
+
+    def __init__(self, fn, args, wrt, out, mine):
+        self.fn, self.args, self.wrt, self.out, self.mine = fn, args, wrt, out, mine
+
+    def _flowgrad_inline(self, fe, args, kwargs, loc):
+        if len(args) != 1 or kwargs:
+            raise InputError(f"{loc}: a vjp pullback takes one cotangent")
+        ct = fe.to_expr(args[0], loc)
+        _check_shape(ct, self.out, loc, "the cotangent")
+        stmts, outs, _ = _inline(fe, self.fn, self.args, {}, loc, "vjp", self.mine)
+        return tuple(_reverse(fe, stmts, outs[0], self.wrt, ct, loc))
+
+
+# ---------------------------------------------------------------- the derivative programs
+
+
+def _own_arguments(fe, args, kwargs, keys, loc, what):
+    """``(args, kwargs, wrt)``: the call's arguments with each array or number value replaced by a
+    read of a fresh container holding it (the call sees its arguments as they are now, and may
+    update them in place, as a top-level ``grad`` call may), and the containers of those ``keys``
+    names."""
+    args, kwargs = list(args), dict(kwargs)
+    owned = {}
+    for k in list(range(len(args))) + list(kwargs):
+        v = _get(args, kwargs, k)
+        if isinstance(v, Expr) or k in keys:
+            owned[k] = _input(fe, v, loc, k in keys, f"argument {k!r} of {what}")
+            _put(args, kwargs, k, Read(_whole(owned[k])))
+    return args, kwargs, [owned[k] for k in keys], set(owned.values())
+
+
+def _gradient(fe, fn, args, kwargs, keys, loc, what):
+    """``(values, gradients)`` of scalar ``fn`` at ``args`` in the arguments ``keys`` (positions or
+    keyword names), emitted into the capture: reads of the result and of each gradient."""
+    args, kwargs, wrt, mine = _own_arguments(fe, args, kwargs, keys, loc, what)
+    stmts, outs, tree = _inline(fe, fn, args, kwargs, loc, what, mine)
+    r = outs[0]
+    if len(outs) != 1 or tree is not None or r.ndim or r.dtype.kind != "f":
+        raise InputError(f"{loc}: {what} requires {_name(fn)} to return a real float scalar")
+    return [Read(Ref(r, ()))], _reverse(fe, stmts, r, wrt, Const(1.0, r.dtype), loc)
+
+
+def _reverse(fe, stmts, result, wrt, cotangent, loc):
+    """Emit the gradient program of ``stmts`` (computing container ``result`` from the containers
+    ``wrt``) for ``cotangent``; returns a read of each gradient."""
+    unit = pipeline.run(pipeline.CAPTURED, pipeline.Unit({"body": stmts}, fe.containers, fe.namer, [result],
+                                                         "numpy", "reverse"))
+    prog = Program("nested", wrt, unit.sweeps["body"], [result], fe.containers)
+    gp = build_reverse(prog, wrt, fe.namer)
+    fe.containers.update(gp.containers)
+    gp.cotangent.kind = "transient"
+    fe.emit(Assign(_whole(gp.cotangent), cotangent, loc=loc))
+    for s in gp.forward + gp.backward:
+        fe.emit(s)
+    grads = []
+    for w in wrt:
+        g = gp.grads.get(w)
+        if g is None:                   # the result does not depend on it
+            g = fe.container("g_" + w.name, w.dtype, w.shape)
+            fe.emit(Assign(_whole(g), Const(0.0, w.dtype), loc=loc))
+        grads.append(Read(_whole(g)))
+    return grads
+
+
+def _tangent(fe, fn, primals, tangents, keys, loc):
+    """``(out, tangent_out)`` of ``fn(*primals)`` in the directions ``tangents`` of the primals at
+    ``keys``, emitted into the capture."""
+    args, _, wrt, mine = _own_arguments(fe, primals, {}, keys, loc, "jvp")
+    seeds_values = [fe.to_expr(tangents[k], loc) for k in keys]
+    for w, t, k in zip(wrt, seeds_values, keys):
+        _check_shape(t, w, loc, f"tangent {k}")
+    stmts, outs, tree = _inline(fe, fn, args, {}, loc, "jvp", mine)
+    tp = build_tangent(Program("nested", wrt, stmts, outs, fe.containers), wrt, fe.namer)
+    fe.containers.update(tp.containers)
+    for seed, t in zip(tp.params[len(wrt):], seeds_values):
+        seed.kind = "transient"
+        fe.emit(Assign(_whole(seed), t, loc=loc))
+    for s in tp.body:
+        fe.emit(s)
+    n = len(outs)
+    values = [Read(_whole(c)) for c in tp.results[:n]]
+    t_values = [Read(_whole(c)) for c in tp.results[n:]]
+    return _rebuild(tree, values), _rebuild(tree, t_values)
+
+
+# ---------------------------------------------------------------- inlining the function
+
+
+def _inline(fe, fn, args, kwargs, loc, what, mine):
+    """Capture ``fn(*args, **kwargs)`` into a statement list of its own (not emitted); returns
+    ``(statements, result containers, structure)``: the structure is None for one array, else the
+    tuple or list the function returned. ``mine``: containers made for the call, which it may
+    write; it may not write any other container made before it."""
+    before = set(fe.containers)
+
+    def call():
+        value = fe.call(fn, list(args), dict(kwargs), loc, _name(fn))
+        leaves = list(value) if isinstance(value, (tuple, list)) else [value]
+        outs = []
+        for v in leaves:
+            e = fe.to_expr(v, loc)
+            if e.dtype.kind not in "fc":
+                raise InputError(f"{loc}: {what} of {_name(fn)}: its result has dtype {e.dtype}; only float "
+                                 "results can be differentiated")
+            outs.append(fe.materialize(e, "out", loc).ref.container)
+        return outs, (type(value) if isinstance(value, (tuple, list)) else None)
+
+    stmts, (outs, tree) = fe.collect(call)
+    for s in walk(stmts):
+        for w in stmt_writes(s):
+            c = w.container
+            if c.name in before and c not in mine and c.kind != "tape":
+                raise unsupported(getattr(s, "loc", None) or loc,
+                                  f"{what} of {_name(fn)}, which writes {c.name!r}, an array it did not make "
+                                  "(an argument or a value from outside it)",
+                                  "transforms take pure functions: write to a copy (x = x.copy()) inside it")
+    return stmts, outs, tree
+
+
+def _input(fe, value, loc, differentiated, what):
+    """A fresh container holding ``value`` (an argument of the transformed function)."""
+    e = fe.to_expr(value, loc)
+    if differentiated and e.dtype.kind not in "fc":
+        raise InputError(f"{loc}: {what} has dtype {e.dtype}; only float arguments can be differentiated")
+    c = fe.container("arg", e.dtype, e.shape)
+    fe.emit(Assign(_whole(c), e, loc=loc))
+    return c
+
+
+def _whole(c):
+    return Ref(c) if c.ndim else Ref(c, ())
+
+
+def _check_shape(e, c, loc, what):
+    if len(e.shape) != c.ndim or any(isinstance(a, Const) and isinstance(b, Const) and a.value != b.value
+                                     for a, b in zip(e.shape, c.shape)):
+        raise InputError(f"{loc}: {what} has shape {_shape_text(e.shape)} but its primal has shape "
+                         f"{_shape_text(c.shape)}")
+
+
+def _shape_text(shape):
+    return "(" + ", ".join(str(d.value) if isinstance(d, Const) else "?" for d in shape) + \
+        ("," if len(shape) == 1 else "") + ")"
+
+
+def _rebuild(tree, values):
+    return values[0] if tree is None else tree(values)
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _jvp_signature(fn, primals, tangents, wrt=None, backend=None):
+    pass
+
+
+def _bind(signature_of, what, args, kwargs, loc, wrt_default=None):
+    try:
+        bound = inspect.signature(signature_of).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InputError(f"{loc}: {what}(): {exc}") from None
+    bound.apply_defaults()
+    a = bound.arguments
+    return a["fn"], a["primals"], a["tangents"], a["wrt"] if a["wrt"] is not None else wrt_default
+
+
+def _sequence(v, what, loc):
+    if not isinstance(v, (tuple, list)):
+        raise InputError(f"{loc}: {what} must be a tuple of the arguments")
+    return list(v)
+
+
+def _param_names(fn):
+    node = getattr(fn, "node", None)
+    if node is not None:                        # a function defined in captured code
+        return [a.arg for a in node.args.posonlyargs + node.args.args]
+    try:
+        return [p for p in inspect.signature(fn).parameters]
+    except (TypeError, ValueError):
+        return []
+
+
+def _wrt_keys(fn, wrt, args, kwargs, loc, what):
+    """The positions in ``args`` (or names in ``kwargs``) of the arguments ``wrt`` names."""
+    items = list(wrt) if isinstance(wrt, (tuple, list)) else [wrt]
+    names = _param_names(fn)
+    keys = []
+    for w in items:
+        if isinstance(w, bool) or not isinstance(w, (int, str)):
+            raise InputError(f"{loc}: {what}: wrt entries must be argument names or positions, not {w!r}")
+        if isinstance(w, int):
+            if not -len(args) <= w < len(args):
+                raise InputError(f"{loc}: {what}: wrt position {w} is out of range for {len(args)} arguments")
+            keys.append(w % len(args))
+        elif w in kwargs:
+            keys.append(w)
+        elif w in names and names.index(w) < len(args):
+            keys.append(names.index(w))
+        else:
+            raise InputError(f"{loc}: {what}: wrt name {w!r} is not an argument of {_name(fn)} "
+                             f"({', '.join(names)})")
+    return keys
+
+
+def _default_keys(fe, args, loc):
+    """Every argument that is a float array or number (as ``vjp`` and ``jvp`` choose by default)."""
+    keys = []
+    for k, v in enumerate(args):
+        if isinstance(v, (float, complex)) or isinstance(v, Expr) and v.dtype.kind in "fc":
+            keys.append(k)
+    if not keys:
+        raise InputError(f"{loc}: no float argument to differentiate")
+    return keys
+
+
+def _get(args, kwargs, k):
+    return args[k] if isinstance(k, int) else kwargs[k]
+
+
+def _put(args, kwargs, k, v):
+    if isinstance(k, int):
+        args[k] = v
+    else:
+        kwargs[k] = v
+
+
+def _name(fn):
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+__all__ = ["Nested", "nested_transform", "inline_jvp", "inline_hvp", "inline_vjp"]
