@@ -522,7 +522,9 @@ def check(seed, backend, n_dirs=2, mode="grad"):
     ``jacfwd`` (forward mode, every input direction in one batched program), each against finite
     differences in random directions; mode "hess" checks ``hessian`` in ``x`` (forward over
     reverse, batched), ``d' H d`` against the difference of ``<grad, d>`` along a random ``d``
-    (the reverse-mode gradient on numpy, itself checked by mode "grad").
+    (the reverse-mode gradient on numpy, itself checked by mode "grad"); mode "gg" the same
+    ``d' H d`` by reverse over reverse, ``grad(lambda x: grad(f)(x) @ d)``, the inner ``grad``
+    called inside the captured function.
 
     status: "ok", "refused" (a FlowgradError), "skip" (the program itself overflows or fails
     in NumPy), "nonsmooth" (finite differences, or values, are no oracle: a kink within the
@@ -553,6 +555,12 @@ def check(seed, backend, n_dirs=2, mode="grad"):
             H = flowgrad.hessian(fn, wrt="x", backend=backend)(*args)
             d = directions[0][0]
             derivatives, directions = [float(d @ H @ d)], [[d, None, None, None]]
+        elif mode == "gg":
+            value = _value(fn, args)
+            d = directions[0][0]
+            hd = flowgrad.grad(lambda x, A, s, k: np.sum(flowgrad.grad(fn, wrt="x")(x, A, s, k) * d),
+                               backend=backend)(*args)
+            derivatives, directions = [float(d @ hd)], [[d, None, None, None]]
         elif mode == "jvp":
             value, tangent = flowgrad.jvp(fn, args, directions[0], wrt=("x", "A", "s"), backend=backend)
             derivatives = [tangent]
@@ -578,8 +586,11 @@ def check(seed, backend, n_dirs=2, mode="grad"):
         return "value", f"flowgrad {value!r}, NumPy {expected!r}"
     for ad, direction in zip(derivatives, directions):
         ad = float(ad)
-        fds = [_directional(fn, args, direction, eps) for eps in (1e-6, 1e-5)] if mode != "hess" else \
-            [_second(fn, args, direction[0], eps) for eps in (1e-6, 1e-5)]
+        try:
+            fds = [_directional(fn, args, direction, eps) for eps in (1e-6, 1e-5)] if mode not in ("hess", "gg") \
+                else [_second(fn, args, direction[0], eps) for eps in (1e-6, 1e-5)]
+        except flowgrad.FlowgradError as exc:          # the oracle's own gradient is refused
+            return "refused", f"oracle: {type(exc).__name__}: {exc}"
         if abs(ad - fds[0]) <= 1e-5 * max(abs(ad), abs(fds[0]), 1e-3):
             continue
         if abs(fds[0] - fds[1]) > 1e-3 * max(abs(fds[0]), abs(fds[1]), 1e-3):
@@ -631,7 +642,8 @@ def main(argv=None):
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--backends", default="numpy,native",
                         help="backends to check the gradient on; BACKEND-jvp checks forward mode, BACKEND-jac "
-                             "jacfwd (all directions in one batched program), BACKEND-hess the Hessian in x, instead")
+                             "jacfwd (all directions in one batched program), BACKEND-hess the Hessian in x, "
+                             "BACKEND-gg grad of grad in x, instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--out", help="write one JSON line per program and backend here")

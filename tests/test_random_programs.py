@@ -54,6 +54,11 @@ def test_random_programs_jacobians_and_hessians_numpy_backend():
     _check_seeds(range(130, 160), "numpy", mode="hess")
 
 
+def test_random_programs_grad_of_grad_numpy_backend():
+    # reverse over reverse: grad of a function calling grad, the inner gradient program's tapes reversed
+    _check_seeds(range(160, 210), "numpy", mode="gg")
+
+
 @pytest.mark.native
 def test_random_programs_native_backend():
     _check_seeds(range(500, 506), "native")

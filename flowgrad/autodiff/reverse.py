@@ -15,8 +15,8 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
                        Push, Read, Ref, Slice, While, apart, broadcast_shapes, child_blocks, const_value, data_reads,
-                       difference, is_inexact, iter_reads, loop_range, map_blocks, op, same_expr, same_ref, scalar,
-                       stmt_reads, stmt_writes, walk)
+                       difference, distinct, is_inexact, iter_reads, loop_range, map_blocks, op, same_expr, same_ref,
+                       scalar, stmt_reads, stmt_writes, walk)
 from ..checkpoint import loops as loop_ckpt
 from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
@@ -109,7 +109,10 @@ class ReverseBuilder:
     def grad_ref(self, e):
         if not isinstance(e, Read) or e.ref.container not in self.grads:
             return None
-        return e.ref.with_container(self.grads[e.ref.container])
+        g = self.grads[e.ref.container]
+        if g.ndim == 0:             # a scalar, also one read broadcast (``s[None]``): its adjoint sums
+            return Ref(g, ())
+        return e.ref.with_container(g)
 
     def accumulate(self, x, contrib, space=None):
         """``adjoint(x) += contrib``, where ``contrib`` lives in the (broadcast) iteration ``space``
@@ -734,7 +737,8 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     a checkpoint schedule kind (see ``flowgrad.checkpoint.schedules``) and the argument container
     holding its parameter (snapshot interval or count); other loops store every iteration.
     """
-    prog = Program(prog.name, prog.params, _record_conditions(prog.body, namer, prog.containers),
+    # each statement once: restores and the pushes they place are keyed by statement identity
+    prog = Program(prog.name, prog.params, _record_conditions(distinct(prog.body), namer, prog.containers),
                    prog.results, prog.containers)
     result = prog.results[0]
     b = ReverseBuilder(prog, wrt, result, namer)
@@ -754,6 +758,9 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
 
     tapes, pushes = {}, {}
     params = set(prog.params)        # hold values from before the program, whatever their kind
+    # a gradient program's pops hand the memory its pushes kept back to the container, which later
+    # writes then change in place: a tape of ours must not share that memory (reverse over reverse)
+    shares = not any(isinstance(s, (Push, Pop)) for s in walk(prog.body))
 
     def keep(r: _Restore):
         c = r.ref.container
@@ -764,8 +771,8 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
         tape = tapes.get(c)
         if tape is None:
             tape = tapes[c] = Container(namer("tape_" + c.name), c.dtype, (), "tape")
-        rebinds = (isinstance(r.stmt, Assign) and not r.stmt.accumulate and r.ref.is_whole()
-                   or isinstance(r.stmt, Call) and not CALLS[r.stmt.op].inplace)
+        rebinds = shares and (isinstance(r.stmt, Assign) and not r.stmt.accumulate and r.ref.is_whole()
+                              or isinstance(r.stmt, Call) and not CALLS[r.stmt.op].inplace)
         pushes.setdefault(id(r.stmt), []).append(Push(tape, r.ref, getattr(r.stmt, "loc", None),
                                                       copy=not rebinds))
         return Pop(tape, r.ref, getattr(r.stmt, "loc", None))
@@ -812,6 +819,7 @@ def _zero_inits(b: ReverseBuilder, prog: Program):
                 elif isinstance(t, For):
                     written.add(t.var)
             varying[s] = written
+    popped = {t.ref.container: t for t in walk(prog.body) if isinstance(t, Pop) and t.tape in b.tape_grads}
     placement = {}
     for c, g in b.grads.items():
         deps = {r.ref.container for d in c.shape for r in iter_reads(d)}
@@ -819,6 +827,12 @@ def _zero_inits(b: ReverseBuilder, prog: Program):
         for enclosing in _loops_around_first_write(prog.body, c) or ():
             if varying[enclosing] & deps:
                 loop = enclosing
+        if loop is not None and c in popped:
+            # its adjoint would have to outlive the iteration that zeroes it, through the adjoint tape
+            raise UnsupportedError(f"{popped[c].loc or loop.loc}: unsupported reverse mode over a gradient program "
+                                   "whose tape holds values of a size that changes from one iteration to the next "
+                                   "(a masked read x[m] in a loop): take this second derivative forward over "
+                                   "reverse (flowgrad.hvp, flowgrad.hessian, or jvp of grad(f))")
         placement.setdefault(loop, []).append(Assign(Ref(g), Const(0.0)))
     return placement
 

@@ -172,8 +172,10 @@ class Emitter(Located):
                 self.block(s.orelse, ind + 1)
         elif isinstance(s, Push):
             src = ref_src(s.ref)
-            if s.ref.container.ndim and (not s.ref.is_whole() or s.copy):
+            if s.ref.container.ndim and not s.ref.is_whole():
                 src += ".copy()"
+            elif s.ref.container.ndim and s.copy:
+                src = f"_rt.kept({src})"          # a whole array, or None where it is not made yet
             self.line(f"{s.tape.name}.append({src})", ind)
         elif isinstance(s, Pop):
             if s.ref.container.ndim == 0 or s.ref.is_whole():

@@ -70,6 +70,11 @@ def slice_stop(stop):
     return None if stop < 0 else stop
 
 
+def kept(x):
+    """A copy of array ``x`` for a tape; None (an array not made yet) as it is."""
+    return None if x is None else x.copy()
+
+
 def gather_last(g, index):
     """``g[index]`` where, among duplicate target positions, only the last one receives the value.
 

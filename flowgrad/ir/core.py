@@ -5,6 +5,8 @@ Integer expressions (indices, bounds, shapes) use the same expression nodes as d
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from .dtypes import ComplexOperandError, complex_dtype, is_inexact, real_dtype, refuse_complex  # noqa: F401
@@ -771,6 +773,23 @@ def map_blocks(s, fn):
     if isinstance(s, If):
         return If(s.cond, fn(s.then), fn(s.orelse), s.loc)
     return s
+
+
+def distinct(stmts, seen=None):
+    """``stmts`` with no statement object in two places: a simple statement met again (a gradient
+    program's backward sweep replays a forward definition by sharing it) is copied, compound
+    ones are rebuilt. Passes that key their work by statement identity need each occurrence apart."""
+    seen = set() if seen is None else seen
+    out = []
+    for s in stmts:
+        if child_blocks(s):
+            out.append(map_blocks(s, lambda body: distinct(body, seen)))
+            continue
+        if id(s) in seen:
+            s = copy.copy(s)
+        seen.add(id(s))
+        out.append(s)
+    return out
 
 
 def child_blocks(s):
