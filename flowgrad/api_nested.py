@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 from . import pipeline
 from .autodiff.forward import build_tangent
 from .autodiff.reverse import build_reverse
@@ -108,8 +110,9 @@ def inline_vjp(fe, args, kwargs, loc):
     wrt = kwargs.get("wrt")
     keys = _default_keys(fe, fargs, loc) if wrt is None else _wrt_keys(fn, wrt, fargs, {}, loc, "vjp")
     # the arguments as they are now: the pullback may be called after the caller changed them
-    args_now, _, wrt, mine = _own_arguments(fe, fargs, {}, keys, loc, "vjp")
-    stmts, outs, tree = _inline(fe, fn, args_now, {}, loc, "vjp", mine)
+    owned = _Owned(fe, fargs, {}, keys, loc, "vjp")
+    mine = owned.mine
+    stmts, outs, tree = _inline(fe, fn, owned.args, {}, loc, "vjp", mine)
     if len(outs) != 1:
         raise unsupported(loc, f"vjp of {_name(fn)} inside a function flowgrad captures, with a result of "
                                f"{len(outs)} arrays", "return one array (stack the results) or call vjp outside")
@@ -118,7 +121,7 @@ def inline_vjp(fe, args, kwargs, loc):
                                "updates an argument in place", "write to a copy of the argument inside it")
     for s in stmts:
         fe.emit(s)
-    return Read(_whole(outs[0])), _Pullback(fn, args_now, wrt, outs[0], mine)
+    return Read(_whole(outs[0])), _Pullback(fn, owned, outs[0])
 
 
 class _Pullback:
@@ -126,45 +129,83 @@ class _Pullback:
 
     __name__ = "pullback"
 
-    def __init__(self, fn, args, wrt, out, mine):
-        self.fn, self.args, self.wrt, self.out, self.mine = fn, args, wrt, out, mine
+    def __init__(self, fn, owned, out):
+        self.fn, self.owned, self.out = fn, owned, out
 
     def _flowgrad_inline(self, fe, args, kwargs, loc):
         if len(args) != 1 or kwargs:
             raise InputError(f"{loc}: a vjp pullback takes one cotangent")
         ct = fe.to_expr(args[0], loc)
         _check_shape(ct, self.out, loc, "the cotangent")
-        stmts, outs, _ = _inline(fe, self.fn, self.args, {}, loc, "vjp", self.mine)
-        return tuple(_reverse(fe, stmts, outs[0], self.wrt, ct, loc))
+        owned = self.owned
+        stmts, outs, _ = _inline(fe, self.fn, owned.args, {}, loc, "vjp", owned.mine)
+        return tuple(owned.regroup(_reverse(fe, stmts, outs[0], owned.wrt, ct, loc)))
 
 
 # ---------------------------------------------------------------- the derivative programs
 
 
-def _own_arguments(fe, args, kwargs, keys, loc, what):
-    """``(args, kwargs, wrt)``: the call's arguments with each array or number value replaced by a
-    read of a fresh container holding it (the call sees its arguments as they are now, and may
-    update them in place, as a top-level ``grad`` call may), and the containers of those ``keys``
-    names."""
-    args, kwargs = list(args), dict(kwargs)
-    owned = {}
-    for k in list(range(len(args))) + list(kwargs):
-        v = _get(args, kwargs, k)
-        if isinstance(v, Expr) or k in keys:
-            owned[k] = _input(fe, v, loc, k in keys, f"argument {k!r} of {what}")
-            _put(args, kwargs, k, Read(_whole(owned[k])))
-    return args, kwargs, [owned[k] for k in keys], set(owned.values())
+class _Owned:
+    """The arguments of one inlined call, as it sees them (``args``, ``kwargs``): each array or number
+    a read of a fresh container holding its value now (the call may update its arguments in place,
+    as under a top-level ``grad``). ``wrt``: the containers of the float leaves of the arguments at
+    ``keys`` (an array, a number, or a pytree of them: tuples, lists, dicts), in order; ``mine``:
+    every container made here."""
+
+    def __init__(self, fe, args, kwargs, keys, loc, what):
+        self.args, self.kwargs = list(args), dict(kwargs)
+        self.keys, self.originals, self.wrt, self.mine = list(keys), {}, [], set()
+        for k in list(range(len(self.args))) + list(self.kwargs):
+            v = _get(self.args, self.kwargs, k)
+            self.originals[k] = v
+            differentiated = k in self.keys
+            if differentiated and not _is_node(v):          # a plain argument: a float one, or an error
+                c = _input(fe, v, loc, True, f"argument {k!r} of {what}")
+                self.wrt.append(c)
+                self.mine.add(c)
+                _put(self.args, self.kwargs, k, Read(_whole(c)))
+                continue
+            count = len(self.wrt)
+
+            def own(leaf, differentiated=differentiated):
+                if not isinstance(leaf, Expr) and not (differentiated and _is_float(leaf)):
+                    return leaf
+                c = _input(fe, leaf, loc, False, what)
+                self.mine.add(c)
+                if differentiated and _is_float(leaf):
+                    self.wrt.append(c)
+                return Read(_whole(c))
+            _put(self.args, self.kwargs, k, _tree_map(own, v))
+            if differentiated and len(self.wrt) == count:
+                raise InputError(f"{loc}: argument {k!r} of {what} holds no float array or float to differentiate")
+
+    def regroup(self, flat):
+        """Per key, the values ``flat`` (one per ``wrt`` container) in its argument's structure
+        (None at a leaf not differentiated)."""
+        it = iter(flat)
+        out = []
+        for k in self.keys:
+            v = self.originals[k]
+            out.append(next(it) if not _is_node(v) else
+                       _tree_map(lambda leaf: next(it) if _is_float(leaf) else None, v))
+        return out
+
+    def leaf_positions(self, k):
+        """Positions among the leaves of argument ``k`` of those differentiated."""
+        v = self.originals[k]
+        return [0] if not _is_node(v) else [j for j, leaf in enumerate(_leaves(v)) if _is_float(leaf)]
 
 
 def _gradient(fe, fn, args, kwargs, keys, loc, what):
     """``(values, gradients)`` of scalar ``fn`` at ``args`` in the arguments ``keys`` (positions or
-    keyword names), emitted into the capture: reads of the result and of each gradient."""
-    args, kwargs, wrt, mine = _own_arguments(fe, args, kwargs, keys, loc, what)
-    stmts, outs, tree = _inline(fe, fn, args, kwargs, loc, what, mine)
+    keyword names), emitted into the capture: reads of the result and the gradient of each key's
+    argument, in its structure."""
+    owned = _Owned(fe, args, kwargs, keys, loc, what)
+    stmts, outs, tree = _inline(fe, fn, owned.args, owned.kwargs, loc, what, owned.mine)
     r = outs[0]
     if len(outs) != 1 or tree is not None or r.ndim or r.dtype.kind != "f":
         raise InputError(f"{loc}: {what} requires {_name(fn)} to return a real float scalar")
-    return [Read(Ref(r, ()))], _reverse(fe, stmts, r, wrt, Const(1.0, r.dtype), loc)
+    return [Read(Ref(r, ()))], owned.regroup(_reverse(fe, stmts, r, owned.wrt, Const(1.0, r.dtype), loc))
 
 
 def _reverse(fe, stmts, result, wrt, cotangent, loc):
@@ -191,17 +232,25 @@ def _reverse(fe, stmts, result, wrt, cotangent, loc):
 
 def _tangent(fe, fn, primals, tangents, keys, loc):
     """``(out, tangent_out)`` of ``fn(*primals)`` in the directions ``tangents`` of the primals at
-    ``keys``, emitted into the capture."""
-    args, _, wrt, mine = _own_arguments(fe, primals, {}, keys, loc, "jvp")
-    seeds_values = [fe.to_expr(tangents[k], loc) for k in keys]
-    for w, t, k in zip(wrt, seeds_values, keys):
-        _check_shape(t, w, loc, f"tangent {k}")
-    stmts, outs, tree = _inline(fe, fn, args, {}, loc, "jvp", mine)
+    ``keys`` (each of its primal's structure), emitted into the capture."""
+    owned = _Owned(fe, primals, {}, keys, loc, "jvp")
+    seeds_values = []
+    for k in keys:
+        t = tangents[k]
+        leaves = [t] if not _is_node(owned.originals[k]) else _leaves(t)
+        if _is_node(owned.originals[k]) and len(leaves) != len(_leaves(owned.originals[k])):
+            raise InputError(f"{loc}: tangent {k} of jvp does not have its primal's structure")
+        seeds_values += [None if leaves[j] is None else fe.to_expr(leaves[j], loc) for j in owned.leaf_positions(k)]
+    for w, t in zip(owned.wrt, seeds_values):
+        if t is not None:
+            _check_shape(t, w, loc, "a tangent")
+    stmts, outs, tree = _inline(fe, fn, owned.args, {}, loc, "jvp", owned.mine)
+    wrt = owned.wrt
     tp = build_tangent(Program("nested", wrt, stmts, outs, fe.containers), wrt, fe.namer)
     fe.containers.update(tp.containers)
     for seed, t in zip(tp.params[len(wrt):], seeds_values):
         seed.kind = "transient"
-        fe.emit(Assign(_whole(seed), t, loc=loc))
+        fe.emit(Assign(_whole(seed), Const(0.0, seed.dtype) if t is None else t, loc=loc))
     for s in tp.body:
         fe.emit(s)
     n = len(outs)
@@ -238,8 +287,8 @@ def _inline(fe, fn, args, kwargs, loc, what, mine):
             c = w.container
             if c.name in before and c not in mine and c.kind != "tape":
                 raise unsupported(getattr(s, "loc", None) or loc,
-                                  f"{what} of {_name(fn)}, which writes {c.name!r}, an array it did not make "
-                                  "(an argument or a value from outside it)",
+                                  f"{what} of {_name(fn)}, which writes here into an array of the code around "
+                                  "it (a side effect of a function being differentiated)",
                                   "transforms take pure functions: write to a copy (x = x.copy()) inside it")
     return stmts, outs, tree
 
@@ -256,6 +305,37 @@ def _input(fe, value, loc, differentiated, what):
 
 def _whole(c):
     return Ref(c) if c.ndim else Ref(c, ())
+
+
+def _is_node(v):
+    return isinstance(v, (tuple, list, dict))
+
+
+def _is_float(v):
+    """A leaf that carries a derivative: a float array or number (a Python float included)."""
+    if isinstance(v, Expr):
+        return v.dtype.kind in "fc"
+    return isinstance(v, (float, complex)) or isinstance(v, np.floating)
+
+
+def _tree_map(fn, v):
+    """``v`` with each leaf replaced by ``fn(leaf)``. Tuples (named ones too), lists and dicts are the
+    nodes, visited as JAX does (a dict by sorted key); ``_leaves`` lists the leaves in that order."""
+    if isinstance(v, tuple):
+        items = [_tree_map(fn, x) for x in v]
+        return type(v)(*items) if hasattr(v, "_fields") else tuple(items)
+    if isinstance(v, list):
+        return [_tree_map(fn, x) for x in v]
+    if isinstance(v, dict):
+        mapped = {k: _tree_map(fn, v[k]) for k in sorted(v)}
+        return {k: mapped[k] for k in v}
+    return fn(v)
+
+
+def _leaves(v):
+    out = []
+    _tree_map(out.append, v)
+    return out
 
 
 def _check_shape(e, c, loc, what):
@@ -330,10 +410,11 @@ def _wrt_keys(fn, wrt, args, kwargs, loc, what):
 
 
 def _default_keys(fe, args, loc):
-    """Every argument that is a float array or number (as ``vjp`` and ``jvp`` choose by default)."""
+    """Every argument that is, or holds, a float array or number (as ``vjp`` and ``jvp`` choose by
+    default)."""
     keys = []
     for k, v in enumerate(args):
-        if isinstance(v, (float, complex)) or isinstance(v, Expr) and v.dtype.kind in "fc":
+        if any(_is_float(leaf) for leaf in _leaves(v)):
             keys.append(k)
     if not keys:
         raise InputError(f"{loc}: no float argument to differentiate")

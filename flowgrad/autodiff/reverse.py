@@ -18,6 +18,7 @@ from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, 
                        difference, distinct, is_inexact, iter_reads, loop_range, map_blocks, op, same_expr, same_ref,
                        scalar, stmt_reads, stmt_writes, walk)
 from ..checkpoint import loops as loop_ckpt
+from ..ir.elements import ELEMENTS
 from ..checkpoint.schedules import STORE_ALL
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
 
@@ -345,16 +346,11 @@ class ReverseBuilder:
         raise TypeError(f"cannot reverse {s!r}")
 
 
-OUTPUT_PARTIALS = frozenset({"tanh", "exp", "expm1", "sqrt"})
-# those whose value costs more to compute again than to keep: the forward of a gradient keeps
-# them as arrays of their own rather than fusing them into their one reader
-KEPT_OUTPUTS = frozenset({"tanh", "exp", "expm1"})
-
-
-# element functions whose partials are finite wherever their operands are
-_FINITE_PARTIALS = frozenset({"add", "subtract", "multiply", "negative", "abs", "square", "maximum",
-                              "minimum", "where", "sin", "cos", "tanh", "arctan", "float64", "float32",
-                              "complex128", "complex64", "real", "imag", "conj"})
+# views of the elementwise declarations (``ir.elements``): derivatives cheap in the result, results
+# a gradient's forward sweep keeps as arrays of their own, partials finite for finite operands
+OUTPUT_PARTIALS = frozenset(n for n, e in ELEMENTS.items() if e.output)
+KEPT_OUTPUTS = frozenset(n for n, e in ELEMENTS.items() if e.kept)
+_FINITE_PARTIALS = frozenset(n for n, e in ELEMENTS.items() if e.finite)
 
 
 def _finite_partials(e):

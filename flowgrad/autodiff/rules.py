@@ -1,124 +1,28 @@
 """The derivative-rule table: one entry per primitive, next to its forward semantics and cost.
 
-Elementwise primitives give their partial derivatives as IR expressions; tangent and adjoint
-code both follow from them. Non-elementwise ``Call`` operations give their forward semantics
-(a NumPy expression for the reference backend), their cost, their adjoint (vjp) and their
-tangent (jvp).
-``coverage()`` lists what the table knows.
+Elementwise primitives are declared in ``ir.elements`` with their partial derivatives as IR
+expressions (tangent and adjoint code both follow from them); this module presents them as the
+tables the differentiation reads. Non-elementwise ``Call`` operations give their forward
+semantics (a NumPy expression for the reference backend), their cost, their adjoint (vjp) and their
+tangent (jvp). ``coverage()`` lists what the tables know.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir.core import ELEMENTWISE, Assign, Call, Const, NewAxis, Read, Ref, Slice, op
+from ..ir.elements import ELEMENTS
 
 # ------------------------------------------------------------- elementwise partials
-# Each entry: (g, out, *args) -> one adjoint expression per operand (None: no derivative).
-
-
-def _sq(x):
-    """``x * x``, in float64 for an integer ``x`` (whose square may overflow)."""
-    if x.dtype.kind not in "fc":
-        x = op("float64", x)
-    return x * x
-
-
-# Complex values follow JAX's convention: the adjoint of ``z = x + i y`` is ``dL/dx - i dL/dy``, so
-# a holomorphic function's partial is its complex derivative (no conjugate), ``conj`` passes the
-# conjugate of its adjoint on, and a real value's adjoint keeps only the real part (``reverse``).
-
-
-def _complex(x):
-    return x.dtype.kind == "c"
-
-
-def _abs_partial(g, out, a):
-    """``|z|``: ``g * conj(z) / |z|``, 0 at ``z = 0`` (as JAX); a real one's ``g * sign(x)``."""
-    if not _complex(a):
-        return (g * op("sign", a),)
-    return (g * op("conj", a) / op("where", op("equal", out, 0.0), 1.0, out),)
-
-
-def _power_partials(g, out, a, b):
-    base = op("where", op("equal", a, 0.0), 1.0, a) if _complex(a) else op("where", op("greater", a, 0), a, 1)
-    return g * b * op("power", a, b - 1), g * op("log", base) * out
-
-
-def _arccosh_partial(g, out, a):
-    if _complex(a):        # sqrt(z - 1) sqrt(z + 1), the principal branches' derivative
-        return (g / (op("sqrt", a - 1.0) * op("sqrt", a + 1.0)),)
-    return (g / op("sqrt", (a - 1.0) * (a + 1.0)),)
-
-
-PARTIALS = {
-    "add": lambda g, out, a, b: (g, g),
-    "subtract": lambda g, out, a, b: (g, -g),
-    "multiply": lambda g, out, a, b: (g * b, g * a),
-    "divide": lambda g, out, a, b: (g / b, -g * a / _sq(b)),
-    "power": _power_partials,
-    "maximum": lambda g, out, a, b: (op("where", op("greater_equal", a, b), g, 0.0),
-                                     op("where", op("less", a, b), g, 0.0)),
-    "minimum": lambda g, out, a, b: (op("where", op("less_equal", a, b), g, 0.0),
-                                     op("where", op("greater", a, b), g, 0.0)),
-    "arctan2": lambda g, out, y, x: (g * x / (_sq(x) + _sq(y)), -g * y / (_sq(x) + _sq(y))),
-    "hypot": lambda g, out, a, b: (g * a / out, g * b / out),
-    # a % b = a - floor(a / b) * b (float operands; integer ones carry no adjoint)
-    "mod": lambda g, out, a, b: (g, -g * op("floor", a / b)),
-    "negative": lambda g, out, a: (-g,),
-    "abs": _abs_partial,
-    "square": lambda g, out, a: (g * 2.0 * a,),
-    "exp": lambda g, out, a: (g * out,),
-    "expm1": lambda g, out, a: (g * (out + 1.0),),
-    "log": lambda g, out, a: (g / a,),
-    "log1p": lambda g, out, a: (g / (a + 1.0),),
-    "log2": lambda g, out, a: (g / (a * float(np.log(2.0))),),
-    "log10": lambda g, out, a: (g / (a * float(np.log(10.0))),),
-    "sqrt": lambda g, out, a: (g * 0.5 / out,),
-    "sin": lambda g, out, a: (g * op("cos", a),),
-    "cos": lambda g, out, a: (-g * op("sin", a),),
-    "tan": lambda g, out, a: (g * (_sq(out) + 1.0),),
-    "arcsin": lambda g, out, a: (g / op("sqrt", 1.0 - _sq(a)),),
-    "arccos": lambda g, out, a: (-g / op("sqrt", 1.0 - _sq(a)),),
-    "arctan": lambda g, out, a: (g / (_sq(a) + 1.0),),
-    "sinh": lambda g, out, a: (g * op("cosh", a),),
-    "cosh": lambda g, out, a: (g * op("sinh", a),),
-    "tanh": lambda g, out, a: (g * (1.0 - _sq(out)),),
-    "arcsinh": lambda g, out, a: (g / op("sqrt", _sq(a) + 1.0),),
-    "arccosh": _arccosh_partial,
-    "arctanh": lambda g, out, a: (g / (1.0 - _sq(a)),),
-    "exp2": lambda g, out, a: (g * out * float(np.log(2.0)),),
-    "gammaln": lambda g, out, a: (g * op("digamma", a),),
-    "digamma": lambda g, out, a: (g * op("trigamma", a),),
-    "trigamma": lambda g, out, a: (g * op("polygamma", Const(2), a),),
-    "polygamma": lambda g, out, n, a: (None, g * op("polygamma", op("add", n, Const(1)), a)),
-    "cbrt": lambda g, out, a: (g / (3.0 * _sq(out)),),
-    # out >= max(a, b), so neither exponential overflows
-    "logaddexp": lambda g, out, a, b: (g * op("exp", a - out), g * op("exp", b - out)),
-    "where": lambda g, out, c, a, b: (None, op("where", c, g, 0.0), op("where", c, 0.0, g)),
-    "float64": lambda g, out, a: (g,),
-    "float32": lambda g, out, a: (g,),
-    "complex128": lambda g, out, a: (g,),
-    "complex64": lambda g, out, a: (g,),
-    "real": lambda g, out, a: (g,),
-    "imag": lambda g, out, a: (g * -1j if _complex(a) else None,),
-    "conj": lambda g, out, a: (op("conj", g),),
-    # angle(z) = arctan2(y, x): -i g / z (NaN at 0, as JAX); a real one's is piecewise constant
-    "angle": lambda g, out, a: (g * -1j / a if _complex(a) else None,),
-}
+# Each: (g, out, *args) -> one adjoint expression per operand (None: no derivative). The elementwise primitives' rules are declared with them (``ir.elements``); these are views.
+PARTIALS = {n: e.partials for n, e in ELEMENTS.items() if e.partials is not None}
 # Piecewise-constant or boolean results: derivative zero almost everywhere, so no adjoint flows.
-ZERO_DERIVATIVE = {"floor", "ceil", "round", "sign", "floor_divide", "less", "less_equal",
-                   "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
-                   "logical_not", "isnan", "isfinite", "int64", "int32", "bool"}
+ZERO_DERIVATIVE = frozenset(n for n, e in ELEMENTS.items() if e.zero)
 # Elementwise primitives that need no partials, and why: ``missing_rules`` (and its test) holds
 # every other one to having them.
-NO_PARTIALS = {
-    "checked_index": "an integer index, bounds-checked: never differentiated",
-    # only digamma's derivative; its own (polygamma(2, x)) is not an op yet, so a third derivative
-    # of gammaln is refused with the op's name
-}
+NO_PARTIALS = {n: e.exempt for n, e in ELEMENTS.items() if e.exempt}
 # FLOPs per element; transcendental functions count as several.
-ELEMENTWISE_FLOPS = {n: (8 if ELEMENTWISE[n][1] in ("float", "real_float") and n != "divide" else 1)
-                     for n in ELEMENTWISE}
+ELEMENTWISE_FLOPS = {n: e.flops for n, e in ELEMENTS.items()}
 
 
 # ------------------------------------------------------------- non-elementwise operations
@@ -778,12 +682,15 @@ def coverage() -> str:
     """
     from ..backends.native_calls import CALL_LOWERING
     from ..registry import FAMILY_OF
-    lines = ["elementwise (partials: tangent and adjoint; both backends lower every one, "
-             "tests/test_native_lowering.py runs each):"]
+    lines = ["elementwise, declared in ir.elements (partials: tangent and adjoint; numpy and native: how each "
+             "backend writes it, tests/test_native_lowering.py runs each; flags):"]
     for name in sorted(ELEMENTWISE):
+        el = ELEMENTS[name]
         kind = "partials" if name in PARTIALS else ("zero" if name in ZERO_DERIVATIVE else
-                                                    "none: " + NO_PARTIALS.get(name, "MISSING"))
-        lines.append(f"  {name:14s} {kind}")
+                                                    "none" if name in NO_PARTIALS else "MISSING")
+        flags = " ".join(f for f in ("cheap", "weak", "finite", "output", "kept") if getattr(el, f))
+        lines.append(f"  {name:14s} {kind:9s} {el.infix or el.function:18s} {el.infix or el.native:18s} "
+                     f"{el.flops:2d} flops  {flags}{'  (' + el.exempt + ')' if el.exempt else ''}")
     lines.append("calls (family, adjoint, tangent, numpy, native):")
     for name, rule in sorted(CALLS.items()):
         lowered = ("numpy" if callable(rule.numpy) else "NO NUMPY") + " " + \

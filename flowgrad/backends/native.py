@@ -19,6 +19,7 @@ import numpy as np
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take, Ref,
                        Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr, same_ref,
                        stmt_reads, stmt_writes, walk)
+from ..ir.elements import ELEMENTS
 from ..ir.printer import expr_text
 from . import Located
 from .native_calls import (CALL_LOWERING, _scalar_type, lower_product_sum, new_array, reduction_start, row_reduction,
@@ -29,16 +30,6 @@ from .native_kernel import Kernel, available, cache_dir, compile_source  # noqa:
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 
-_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
-          "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
-          "greater_equal": ">=", "equal": "==", "not_equal": "!="}
-_FUNC = {"abs": "np.abs", "round": "np.rint", "maximum": "np.maximum", "minimum": "np.minimum",
-         "gammaln": "_rt.gammaln", "digamma": "_rt.digamma",
-         "trigamma": "_rt.trigamma", "polygamma": "_rt.polygamma"}
-_CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64", "int32": "np.int32",
-         "bool": "np.bool_", "complex128": "np.complex128", "complex64": "np.complex64"}
-# parts and conjugate of a (complex or real) element, as Numba types them
-_PARTS = {"real": "({}).real", "imag": "({}).imag", "conj": "({}).conjugate()"}
 
 
 _VECTOR_MIN_SIZE = 1024     # elements; below this the object-mode call (~2 us) costs more than it saves
@@ -150,8 +141,9 @@ class Lowering(Located):
                 args = [f"np.float32({t})" if isinstance(a, Const) and isinstance(a.value, float) else t
                         for a, t in zip(e.args, args)]
             name = e.name
-            if name in _INFIX:
-                return f"({args[0]} {_INFIX[name]} {args[1]})"
+            el = ELEMENTS[name]
+            if el.infix:
+                return f"({args[0]} {el.infix} {args[1]})"
             if name == "negative":
                 return f"(-{args[0]})"
             if name == "logical_and":
@@ -164,10 +156,8 @@ class Lowering(Located):
                 return f"({args[1]} if {args[0]} else {args[2]})"
             if name == "square":
                 return f"({args[0]} * {args[0]})"
-            if name in _CAST:
-                return f"{_CAST[name]}({args[0]})"
-            if name in _PARTS:
-                return _PARTS[name].format(args[0])
+            if el.native.startswith("."):        # parts and conjugate, as Numba types them
+                return f"({args[0]}){el.native}"
             if name == "checked_index":
                 return self.wrap(*args)
             if space and (name, np.dtype(e.dtype)) in _COMPILED_MATH:
@@ -175,7 +165,7 @@ class Lowering(Located):
                 args = [t if isinstance(a, Const) and isinstance(a.value, float) or np.dtype(a.dtype) == e.dtype
                         else f"np.float64({t})" for a, t in zip(e.args, args)]
                 return f"{_COMPILED_MATH[name, np.dtype(e.dtype)]}({', '.join(args)})"
-            return f"{_FUNC.get(name, 'np.' + name)}({', '.join(args)})"
+            return f"{el.native}({', '.join(args)})"
         raise TypeError(f"cannot lower {e!r}")
 
     def hoist(self, e, space, ind, memo=None):

@@ -11,17 +11,12 @@ import functools
 import numpy as np
 
 from ..autodiff.rules import CALLS
+from ..ir.elements import ELEMENTS
 from . import Located
 from ..ir.core import (Assign, Call, Const, Expr, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
                        While, const_value, iter_reads)
 
-_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
-          "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
-          "greater_equal": ">=", "equal": "==", "not_equal": "!="}
-_NP_NAME = {"abs": "absolute", "logical_and": "logical_and", "logical_or": "logical_or"}
-_SPECIAL = {"gammaln", "digamma", "trigamma", "polygamma"}        # SciPy's, through the runtime
 _SCALAR_TYPE = {"f": "np.{}", "i": "int", "u": "int", "b": "bool"}
-_CASTS = ("float64", "float32", "int64", "int32", "bool", "complex128", "complex64")
 
 
 def dtype_src(dt) -> str:
@@ -45,29 +40,24 @@ def expr_src(e) -> str:
         return ref_src(e.ref)
     if isinstance(e, Op):
         args = [expr_src(a) for a in e.args]
-        if e.name in _INFIX:
-            return f"({args[0]} {_INFIX[e.name]} {args[1]})"
+        el = ELEMENTS[e.name]
+        if el.infix:
+            return f"({args[0]} {el.infix} {args[1]})"
         if e.name == "negative":
             return f"(-{args[0]})"
-        if e.name in _CASTS:
+        if el.kind == "cast":
             if e.shape == ():
                 return f"{_scalar_ctor(e.dtype)}({args[0]})"
             return f"np.asarray({args[0]}).astype({dtype_src(e.dtype)})"
         if e.shape == () and e.name in ("logical_and", "logical_or", "logical_not"):
             word = {"logical_and": "and", "logical_or": "or"}.get(e.name)
             return f"(not {args[0]})" if word is None else f"({args[0]} {word} {args[1]})"
-        if e.name == "round":
-            return f"np.round({args[0]})"
-        if e.name == "checked_index":
-            return f"_rt.checked_index({args[0]}, {args[1]})"
         if e.shape == () and e.dtype.kind in "iu" and e.name in ("maximum", "minimum", "where"):
             # integer scalars (view bounds): Python's own, not a NumPy call on each
             if e.name == "where":
                 return f"({args[1]} if {args[0]} else {args[2]})"
             return f"{e.name[:3]}({args[0]}, {args[1]})"
-        if e.name in _SPECIAL:
-            return f"_rt.{e.name}({', '.join(args)})"
-        return f"np.{_NP_NAME.get(e.name, e.name)}({', '.join(args)})"
+        return f"{el.function}({', '.join(args)})"
     raise TypeError(f"cannot emit {e!r}")
 
 

@@ -248,48 +248,6 @@ class Take(Expr):
         self.shape = broadcast_shapes(*[i.shape for i in self.index])
 
 
-# name -> (arity, result kind): 'same' numeric promotion, 'float' promotes ints to float64,
-# 'bool' comparison/logic, 'cast' takes the dtype from attrs; 'real' and 'real_float' are 'same'
-# and 'float' with a complex operand's real dtype (``abs``, ``real``: complex128 -> float64).
-ELEMENTWISE = {
-    "add": (2, "same"), "subtract": (2, "same"), "multiply": (2, "same"),
-    "divide": (2, "float"), "floor_divide": (2, "same"), "mod": (2, "same"),
-    "power": (2, "same"), "maximum": (2, "same"), "minimum": (2, "same"),
-    "arctan2": (2, "float"), "hypot": (2, "float"),
-    "negative": (1, "same"), "abs": (1, "real"), "sign": (1, "same"), "square": (1, "same"),
-    "exp": (1, "float"), "expm1": (1, "float"), "log": (1, "float"), "log1p": (1, "float"),
-    "log2": (1, "float"), "log10": (1, "float"), "sqrt": (1, "float"),
-    "sin": (1, "float"), "cos": (1, "float"), "tan": (1, "float"),
-    "arcsin": (1, "float"), "arccos": (1, "float"), "arctan": (1, "float"),
-    "sinh": (1, "float"), "cosh": (1, "float"), "tanh": (1, "float"),
-    "arcsinh": (1, "float"), "arccosh": (1, "float"), "arctanh": (1, "float"),
-    "exp2": (1, "float"), "cbrt": (1, "float"), "logaddexp": (2, "float"),
-    # log |Gamma(x)| and its derivatives (SciPy's gammaln, digamma, polygamma(1, x))
-    "gammaln": (1, "float"), "digamma": (1, "float"), "trigamma": (1, "float"),
-    # SciPy's polygamma(n, x), the n-th derivative of digamma (n an integer >= 1)
-    "polygamma": (2, "float"),
-    "floor": (1, "same"), "ceil": (1, "same"), "round": (1, "same"),
-    "where": (3, "where"),
-    "less": (2, "bool"), "less_equal": (2, "bool"), "greater": (2, "bool"),
-    "greater_equal": (2, "bool"), "equal": (2, "bool"), "not_equal": (2, "bool"),
-    "logical_and": (2, "bool"), "logical_or": (2, "bool"), "logical_not": (1, "bool"),
-    "isnan": (1, "bool"), "isfinite": (1, "bool"),
-    "float64": (1, "cast"), "float32": (1, "cast"), "int64": (1, "cast"), "int32": (1, "cast"),
-    "bool": (1, "cast"), "complex128": (1, "cast"), "complex64": (1, "cast"),
-    # complex numbers: parts, conjugate and argument (of a real operand: itself, 0, itself, 0 or pi)
-    "real": (1, "real"), "imag": (1, "real"), "conj": (1, "same"), "angle": (1, "real_float"),
-    # NumPy's integer index ``i`` into an axis of length ``n``: ``i + n`` for a negative one,
-    # an IndexError outside ``-n .. n - 1`` (where the frontend cannot prove it inside)
-    "checked_index": (2, "same"),
-}
-# Element functions cheap enough to evaluate again rather than store or hoist (no division, no
-# transcendental): backends and passes may duplicate them freely.
-CHEAP_OPS = frozenset({"add", "subtract", "multiply", "negative", "abs", "square", "maximum", "minimum",
-                       "where", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
-                       "logical_and", "logical_or", "logical_not", "float64", "float32", "int64",
-                       "int32", "bool"})
-
-
 def is_cheap(e) -> bool:
     """Whether ``e`` uses only ``CHEAP_OPS``."""
     return not isinstance(e, Op) or (e.name in CHEAP_OPS and all(is_cheap(a) for a in e.args))
@@ -309,11 +267,6 @@ def as_expr(x) -> Expr:
 def const_value(e):
     """The Python value of a constant expression, else None."""
     return e.value if isinstance(e, Const) else None
-
-
-# the operations Python's operators and builtins apply to Python scalars, giving Python scalars
-_WEAK_OPS = frozenset({"add", "subtract", "multiply", "divide", "floor_divide", "mod", "power", "negative",
-                       "abs", "maximum", "minimum", "where"})
 
 
 def is_weak(e):
@@ -868,3 +821,11 @@ def reads_besides_sum(s):
     if isinstance(s, Assign) and s.accumulate:
         del reads[next(k for k, r in enumerate(reads) if r.ref is s.dst)]
     return reads
+
+
+# the elementwise primitives, views of their declarations (``ir.elements``, which builds on the above)
+from .elements import ELEMENTS  # noqa: E402
+
+ELEMENTWISE = {n: (e.arity, e.kind) for n, e in ELEMENTS.items()}     # name -> (arity, result kind)
+CHEAP_OPS = frozenset(n for n, e in ELEMENTS.items() if e.cheap)      # free to evaluate again
+_WEAK_OPS = frozenset(n for n, e in ELEMENTS.items() if e.weak)       # Python scalars in, a Python scalar out

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from .core import (Assign, Call, Const, For, If, Index, NewAxis, Op, Pop, Push, Read, Take, While,
                    const_value)
+from .elements import INFIX as _INFIX
 
-_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
-          "mod": "%", "power": "**", "less": "<", "less_equal": "<=", "greater": ">",
-          "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 
 
 def expr_text(e) -> str:
