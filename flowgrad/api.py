@@ -104,7 +104,7 @@ def _gradient_program(prog, wrt, namer):
 class _Compiled:
     """One captured and compiled specialisation."""
 
-    def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None):
+    def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None, uncompute=False):
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else \
             capture(fn, args, object_args=wrt_spec)
         self.layout = cap.result_layout
@@ -146,7 +146,7 @@ class _Compiled:
         if mode in TANGENT_MODES:
             self._compile_tangent(cap, backend, mode)
             return
-        self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan)
+        self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan, uncompute)
         gp = self.gp
         outputs = [cap.result] + [gp.grads[w] for w in self.wrt if w in gp.grads]
         unit = pipeline.run(pipeline.REVERSE, pipeline.Unit({"forward": gp.forward, "backward": gp.backward},
@@ -258,7 +258,7 @@ class _Transform:
         """A call of this transform inside captured code, lowered there (``api_nested``)."""
         return api_nested.Nested(self._nested_kind, self.fn, self.wrt_given)._flowgrad_inline(fe, args, kwargs, loc)
 
-    def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None):
+    def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None, allow_uncompute=False):
         if getattr(fn, "_nested_kind", None) == "jit":
             fn = fn.fn                  # a transform of jit(f) is that of f
         if getattr(fn, "_flowgrad_transform", False) and not hasattr(fn, "_flowgrad_capture"):
@@ -268,6 +268,7 @@ class _Transform:
                                    "(lambda x: flowgrad.value_and_grad(f)(x)[1]), or use flowgrad.hessian or "
                                    "flowgrad.hvp")
         self.memory_budget = parse_bytes(memory_budget)
+        self.allow_uncompute = bool(allow_uncompute)
         if strategy is None:
             strategy = "store_all" if self.memory_budget is None else "ilp"
         if strategy not in ("store_all", "recompute_all", "ilp"):
@@ -351,7 +352,8 @@ class _Transform:
         key = (self.cache_key(args), tuple(sorted(kinds.items())))
         variant = self.cache.get(key)
         if variant is None:
-            variant = _Compiled(self.fn, args, self.wrt_names(args)[0], self.backend, self.mode, kinds)
+            variant = _Compiled(self.fn, args, self.wrt_names(args)[0], self.backend, self.mode, kinds,
+                                self.allow_uncompute)
             self.cache[key] = variant
         return variant, plan.params(), plan
 
@@ -371,7 +373,8 @@ class _Transform:
             self.drop_stale()
             entry = None
         if entry is None:
-            entry = _Compiled(self.fn, args, key[1] if self.mode != "forward" else (), self.backend, self.mode)
+            entry = _Compiled(self.fn, args, key[1] if self.mode != "forward" else (), self.backend, self.mode,
+                              uncompute=self.allow_uncompute)
             self.cache[key] = entry
             if os.environ.get("FLOWGRAD_DUMP"):
                 print(entry.ir_text())
@@ -539,8 +542,8 @@ class value_and_grad(_Transform):
     _nested_kind = "value_and_grad"
     _flowgrad_nested = staticmethod(api_nested.nested_transform("value_and_grad"))
 
-    def __init__(self, fn, wrt=0, backend=None, memory_budget=None, strategy=None):
-        super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse", memory_budget, strategy)
+    def __init__(self, fn, wrt=0, backend=None, memory_budget=None, strategy=None, allow_uncompute=False):
+        super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse", memory_budget, strategy, allow_uncompute)
 
     def __call__(self, *args):
         arguments = self.bind(args)
@@ -564,6 +567,10 @@ class grad(value_and_grad):
         replaced by checkpoint schedules chosen by an integer linear program.
       strategy: ``"store_all"``, ``"recompute_all"`` or ``"ilp"`` (default: ``"ilp"`` when a
         budget is given, else ``"store_all"``).
+      allow_uncompute: restore a value an invertible update overwrote (``x[S] += e`` with ``e``
+        not reading ``x``, ``x[S] *= c`` by a nonzero constant) by running the update backwards
+        in the backward sweep instead of keeping it on a tape. Off by default: the restored value
+        differs from the original by the rounding of the update (see the README).
 
     Returns:
       ``g(*args)``: the gradient w.r.t. ``wrt`` at ``args`` (one array, or a tuple).

@@ -524,7 +524,8 @@ def check(seed, backend, n_dirs=2, mode="grad"):
     reverse, batched), ``d' H d`` against the difference of ``<grad, d>`` along a random ``d``
     (the reverse-mode gradient on numpy, itself checked by mode "grad"); mode "gg" the same
     ``d' H d`` by reverse over reverse, ``grad(lambda x: grad(f)(x) @ d)``, the inner ``grad``
-    called inside the captured function.
+    called inside the captured function; mode "unc" checks ``value_and_grad`` with
+    ``allow_uncompute=True`` (invertible updates run backwards instead of taped).
 
     status: "ok", "refused" (a FlowgradError), "skip" (the program itself overflows or fails
     in NumPy), "nonsmooth" (finite differences, or values, are no oracle: a kink within the
@@ -570,7 +571,8 @@ def check(seed, backend, n_dirs=2, mode="grad"):
                 value = _value(fn, args)
                 grads = flowgrad.jacfwd(fn, wrt=("x", "A", "s"), backend=backend)(*args)
             else:
-                value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+                value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend,
+                                                       allow_uncompute=mode == "unc")(*args)
             derivatives = [sum(float(np.sum(g * d)) for g, d in zip(grads, direction[:3]))
                            for direction in directions]
     except flowgrad.FlowgradError as exc:
@@ -643,7 +645,8 @@ def main(argv=None):
     parser.add_argument("--backends", default="numpy,native",
                         help="backends to check the gradient on; BACKEND-jvp checks forward mode, BACKEND-jac "
                              "jacfwd (all directions in one batched program), BACKEND-hess the Hessian in x, "
-                             "BACKEND-gg grad of grad in x, instead")
+                             "BACKEND-gg grad of grad in x, BACKEND-unc the gradient with allow_uncompute, "
+                             "instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--out", help="write one JSON line per program and backend here")

@@ -389,14 +389,15 @@ def _needs_unbroadcast(src, dst):
 # ---------------------------------------------------------------- value restoration
 
 
-def _needed_restores(prog, backward, replayed, counters=()):
+def _needed_restores(prog, backward, replayed, counters=(), inverses=None):
     """The restore placeholders whose values some later backward statement reads.
 
     Restoring what statement S overwrote is needed only if the backward sweep reads that
     container after S's adjoint, or in a loop that also repeats S's adjoint. (Reading a final
     value, e.g. ``sum(u * u)`` after a stencil loop, needs no tape for the loop's writes.)
     ``replayed`` maps a backward loop variable to forward statements that checkpointing will
-    re-execute inside that loop.
+    re-execute inside that loop. ``inverses``: restores done by running an update backwards
+    (``_inverse``), which read what the update read, where it stands.
     """
     forward = set(prog.containers.values()) | set(counters)      # counters: while loops' trips
     reads, restores = {}, []
@@ -430,7 +431,7 @@ def _needed_restores(prog, backward, replayed, counters=()):
                 visit(st.orelse, loops, path + ((stmts, k, st),))
 
     visit(backward, frozenset())
-    dead = {id(r) for r, _ in restores if _overwritten_before_read(r, paths[id(r)], replayed)}
+    dead = {id(r) for r, _ in restores if _overwritten_before_read(r, paths[id(r)], replayed, inverses)}
     needed = set()
     changed = True
     while changed:
@@ -444,7 +445,44 @@ def _needed_restores(prog, backward, replayed, counters=()):
                 for ie in r.ref.index_exprs():
                     for rd in iter_reads(ie):
                         reads.setdefault(rd.ref.container, []).append((at, loops))
+                inverse = (inverses or {}).get(id(r))
+                if inverse is not None:
+                    for rd in stmt_reads(inverse):
+                        reads.setdefault(rd.ref.container, []).append((at, loops))
     return needed
+
+
+def _inverse(r):
+    """The statement that undoes the update ``r`` restores, run where the restore stands (the update
+    run backwards: no tape), or None. Updates of a float view by a value not depending on the
+    container it writes: ``x[S] += e`` and ``x[S] -= e`` (as sums, or ``x[S] = x[S] + e``), and
+    ``x[S] *= c`` or ``x[S] /= c`` by a nonzero constant. Floating point makes the undone value
+    differ from the one overwritten by a rounding of the update (``allow_uncompute``)."""
+    s = r.stmt
+    if not isinstance(s, Assign) or s.dst is not r.ref or s.dst.container.dtype.kind != "f":
+        return None
+    c = s.dst.container
+
+    def free(e):
+        return not any(rd.ref.container is c for rd in iter_reads(e))
+    if s.accumulate:
+        return Assign(s.dst, op("negative", s.expr), accumulate=True, loc=s.loc) if free(s.expr) else None
+    e = s.expr
+    if not isinstance(e, Op) or len(e.args) != 2:
+        return None
+    a, b = e.args
+    own = [isinstance(x, Read) and same_ref(x.ref, s.dst) for x in (a, b)]
+    if e.name == "add" and own[0] != own[1]:
+        other = b if own[0] else a
+        return Assign(s.dst, op("subtract", Read(s.dst), other), loc=s.loc) if free(other) else None
+    if e.name == "subtract" and own[0] and free(b):
+        return Assign(s.dst, op("add", Read(s.dst), b), loc=s.loc)
+    k = const_value(b if own[0] else a)
+    if e.name == "multiply" and own[0] != own[1] and isinstance(k, float) and k != 0.0:
+        return Assign(s.dst, op("divide", Read(s.dst), Const(k)), loc=s.loc)
+    if e.name == "divide" and own[0] and isinstance(k, float) and k != 0.0:
+        return Assign(s.dst, op("multiply", Read(s.dst), Const(k)), loc=s.loc)
+    return None
 
 
 # Calls that only move data: as cheap to run again as to copy back from a tape.
@@ -548,9 +586,10 @@ def _cheaper_than_tape(e):
     return (e.name in CHEAP_OPS or e.name == "divide") and all(_cheaper_than_tape(a) for a in e.args)
 
 
-def _overwritten_before_read(r, path, replayed):
+def _overwritten_before_read(r, path, replayed, inverses=None):
     """Whether, on every way the backward sweep can continue after restore ``r``, the same
-    region is restored again before anything reads its container (so ``r`` is not needed)."""
+    region is restored again before anything reads its container (so ``r`` is not needed). A
+    restore that runs an update backwards (``inverses``) reads what the update read."""
     x = r.ref.container
     index_deps = {rd.ref.container for ie in r.ref.index_exprs() for rd in iter_reads(ie)}
 
@@ -563,6 +602,9 @@ def _overwritten_before_read(r, path, replayed):
     def scan(seq, state, ranges):
         for st in seq:
             if isinstance(st, _Restore):
+                inverse = (inverses or {}).get(id(st))
+                if inverse is not None and reads_restored(inverse, state, ranges):
+                    return False
                 if st.ref.container is x and (st.ref.is_whole() or not state["moved"] and same_ref(st.ref, r.ref)):
                     return True
                 if st.ref.container in index_deps:
@@ -570,6 +612,9 @@ def _overwritten_before_read(r, path, replayed):
                 continue
             for t, inner in _walk_ranges([st], ranges):
                 if isinstance(t, _Restore):
+                    inverse = (inverses or {}).get(id(t))
+                    if inverse is not None and reads_restored(inverse, state, inner):
+                        return False
                     if t.ref.container in index_deps:
                         state["moved"] = True
                     continue
@@ -726,12 +771,14 @@ def _record_conditions(stmts, namer, containers):
     return out
 
 
-def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
+def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) -> GradProgram:
     """The adjoint program of ``prog`` for the scalar or array result ``prog.results[0]``.
 
     ``loop_plan`` maps the loop variable name of a top-level ``for`` loop to ``(kind, param)``:
     a checkpoint schedule kind (see ``flowgrad.checkpoint.schedules``) and the argument container
     holding its parameter (snapshot interval or count); other loops store every iteration.
+    ``uncompute``: restore what an invertible update overwrote by running it backwards instead of
+    keeping it on a tape (``_inverse``; not inside a checkpointed loop).
     """
     # each statement once: restores and the pushes they place are keyed by statement identity
     prog = Program(prog.name, prog.params, _record_conditions(distinct(prog.body), namer, prog.containers),
@@ -749,7 +796,10 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
     backward = _replay_definitions(prog, backward)
     replayed = {loop.var.name: loop.body for loop in prog.body
                 if isinstance(loop, For) and (loop_plan or {}).get(loop.var.name, (STORE_ALL,))[0] != STORE_ALL}
-    needed = _needed_restores(prog, backward, replayed, b.counters.values())
+    inverses = {}
+    if uncompute and not replayed:
+        inverses = {id(r): inv for r in b.restores for inv in [_inverse(r)] if inv is not None}
+    needed = _needed_restores(prog, backward, replayed, b.counters.values(), inverses)
     first = _first_touch(prog)
 
     tapes, pushes = {}, {}
@@ -764,6 +814,8 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None) -> GradProgram:
             return None
         if c.kind == "transient" and c not in params and b.loop_depth[id(r)] == 0 and first.get(c) is r.stmt:
             return None
+        if id(r) in inverses:           # the update run backwards: nothing kept
+            return inverses[id(r)]
         tape = tapes.get(c)
         if tape is None:
             tape = tapes[c] = Container(namer("tape_" + c.name), c.dtype, (), "tape")
