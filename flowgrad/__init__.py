@@ -12,12 +12,13 @@ from .api import explain, grad, jit, value_and_grad, vjp
 from .api_forward import hessian, hvp, jacfwd, jacrev, jvp, linearize
 from .autodiff.rules import coverage
 from .errors import FlowgradError, InputError, UnsupportedError
+from .implicit import fixed_point
 from .frontends.fortran import from_fortran
 from .frontends.onnx import from_onnx
 from .frontends.torch import from_torch
 
 __version__ = "0.1.0"
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "jvp", "linearize", "jacfwd", "jacrev", "hvp", "hessian", "explain", "coverage", "from_torch", "from_onnx", "from_fortran",
+__all__ = ["grad", "value_and_grad", "vjp", "jit", "jvp", "linearize", "jacfwd", "jacrev", "hvp", "hessian", "fixed_point", "explain", "coverage", "from_torch", "from_onnx", "from_fortran",
            "FlowgradError",
            "InputError", "UnsupportedError"]
 

@@ -9,12 +9,14 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
 
     CAPTURED  every mode, on the captured body: refuse complex calls without rules, size checks,
               fusion of temporaries, dead code, late gathers
-    FORWARD   the forward program (jit): hoisted factorisations, native gathers and packing,
-              view bounds
-    REVERSE   the gradient program built by ``autodiff.reverse``: simplify the backward sweep,
-              keep in the forward sweep what it needs, hoist and share factorisations, order
-              independent loops, then the native and bounds steps over both sweeps
-    TANGENT   the tangent program built by ``autodiff.forward`` (and ``autodiff.batch``)
+    FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
+              iteration), hoisted factorisations, native gathers and packing, view bounds
+    REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
+              backward sweep, keep in the forward sweep what it needs, hoist and share
+              factorisations, order independent loops, then the native and bounds steps over both
+              sweeps
+    TANGENT   the tangent program built by ``autodiff.forward`` (and ``autodiff.batch``), such calls
+              expanded first
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from .passes.checks import insert_size_checks
 from .passes.complex_calls import refuse_complex_calls
 from .passes.copies import propagate_copies
 from .passes.dce import eliminate_dead
+from .passes.expand import expand_calls
 from .passes.fuse import fuse_temporaries, split_kept
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import hoist_factorizations, share_factorizations
@@ -93,6 +96,7 @@ CAPTURED = [
 ]
 
 FORWARD = [
+    Step("expand", "body", lambda b, u: expand_calls(b)),
     Step("hoist", "body", lambda b, u: hoist_factorizations(b, u.containers, u.namer)),
     Step("take", "body", lambda b, u: fuse_gathers(b)[0], when=native),
     Step("pack", "body", lambda b, u: pack_strided_views(b, u.containers, u.namer), when=native),
@@ -100,6 +104,7 @@ FORWARD = [
 ]
 
 REVERSE = [
+    Step("expand", ("forward", "backward"), lambda b, u: expand_calls(b)),
     Step("gather", "backward", lambda b, u: gather_shifted_sums(b)),
     Step("copies", "backward", lambda b, u: propagate_copies(b, set(u.outputs))),
     Step("dce", "backward", _backward_dce),
@@ -118,6 +123,7 @@ REVERSE = [
 ]
 
 TANGENT = [
+    Step("expand", "body", lambda b, u: expand_calls(b)),
     Step("dce", "body", lambda b, u: eliminate_dead(b, set(u.outputs))[0]),
     # a gradient program's (forward over reverse) temporaries stay as the reverse sweep made them
     Step("fuse", "body", lambda b, u: fuse_temporaries(b, protected=u.outputs),

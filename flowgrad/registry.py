@@ -9,7 +9,7 @@ a family is one entry here. ``autodiff.rules.coverage`` reports the composed tab
 """
 from __future__ import annotations
 
-from . import fft_ops, linalg_ops, nn_ops
+from . import fft_ops, implicit, linalg_ops, nn_ops
 from .autodiff import rules
 from .backends import native_calls
 from .ir.core import INPLACE_CALLS
@@ -20,6 +20,7 @@ FAMILIES = {
     "nn": (nn_ops.NN_CALLS, nn_ops.NN_LOWERING),
     "linalg": (linalg_ops.LINALG_CALLS, linalg_ops.LINALG_LOWERING),
     "fft": (fft_ops.FFT_CALLS, fft_ops.FFT_LOWERING),
+    "implicit": (implicit.IMPLICIT_CALLS, implicit.IMPLICIT_LOWERING),
 }
 
 

@@ -277,3 +277,35 @@ def test_pytree_arguments_of_nested_transforms(backend):
         gb = flowgrad.grad(fn, wrt=1, backend=backend)(W, b, x)
         fd = (ref(W, b + EPS * d, x) - ref(W, b - EPS * d, x)) / (2 * EPS)
         np.testing.assert_allclose(gb @ d, fd, rtol=1e-6, atol=1e-8)
+
+
+FORTRAN_ENERGY = """
+subroutine energy(n, x, e)
+  integer, intent(in) :: n
+  double precision, intent(in) :: x(n)
+  double precision, intent(out) :: e
+  double precision :: y(n)
+  integer :: i, it
+  y = x
+  do it = 1, 3
+    do i = 2, n
+      y(i) = y(i) + 0.3d0 * sin(y(i - 1))
+    end do
+  end do
+  e = sum(y ** 2)
+end subroutine
+"""
+
+
+@pytest.mark.skipif(not have_module("fparser"), reason="needs fparser (the Fortran front door)")
+def test_grad_of_grad_of_a_fortran_subroutine(backend):
+    """The Fortran front door nests too: the subroutine's gradient program (a loop that overwrites
+    its array) is reversed again, in a Python function calling flowgrad.grad of the program."""
+    prog = flowgrad.from_fortran(FORTRAN_ENERGY, "energy")
+    x = np.linspace(-1.0, 1.0, 6)
+    v = np.random.default_rng(9).standard_normal(6)
+    hv = flowgrad.grad(lambda x: flowgrad.grad(prog, wrt="x")(6, x) @ v, backend=backend)(x)
+    g = flowgrad.grad(lambda x: prog(6, x), backend="numpy")
+    fd = (g(x + EPS * v) - g(x - EPS * v)) / (2 * EPS)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(hv, flowgrad.hvp(lambda x: prog(6, x), (x,), (v,), backend=backend), rtol=1e-12)

@@ -24,6 +24,7 @@ is the program's result and its batched tangent, of shape ``(n_dirs,) + result.s
 """
 from __future__ import annotations
 
+from ..errors import UnsupportedError
 from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program, Push,
                        Read, Ref, Slice, Take, While, broadcast_shapes, iter_reads, map_blocks, scalar, stmt_reads,
                        walk)
@@ -199,6 +200,14 @@ def batch_tangent(tp: Program, n_seeds: int, namer) -> Program:
     seeds = tp.params[len(tp.params) - n_seeds:]
     result, t_result = tp.results
     batched = _direction_dependent(tp.body, seeds) | {t_result}
+    for st in walk(tp.body):
+        head = [st.cond] if isinstance(st, (While, If)) else [st.start, st.stop, st.step] if isinstance(st, For) else []
+        if any(r.ref.container in batched for e in head for r in iter_reads(e)):
+            # the directions would take different paths (a fixed point's tangent iteration, run until
+            # the tangent settles): one program cannot carry them all
+            raise UnsupportedError(f"{st.loc or 'here'}: unsupported batched directions (jacfwd, hessian) through "
+                                   "control flow that depends on the tangent (a fixed point's tangent iteration): "
+                                   "take jvp or hvp once per direction, or jacrev / reverse mode")
     b = _Batcher(batched, n_dirs, containers, namer)
     body = b.block(tp.body)
     params = list(tp.params[:len(tp.params) - n_seeds]) + [b.wide[s] for s in seeds] + [n_dirs]

@@ -44,12 +44,16 @@ class CallRule:
     op: it needs a tangent (forward over reverse: ``hvp``, ``hessian``); an adjoint of its own, where
     it has one, serves reverse over reverse (``grad`` of a function calling ``grad``), else that is
     refused by name.
+    expand(call) -> statements: for a call standing for statements of its own (a fixed point's
+    iteration, ``flowgrad.implicit``), which differentiation takes as one operation with its own
+    rules; after differentiation the pipelines put the statements in its place (``passes.expand``),
+    so no backend lowers the call itself.
     """
 
     def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False, jvp=None, exempt="",
-                 adjoint_of=None):
+                 adjoint_of=None, expand=None):
         self.numpy, self.vjp, self.inplace, self.doc, self.complex = numpy, vjp, inplace, doc, complex
-        self.jvp, self.exempt, self.adjoint_of = jvp, exempt, adjoint_of
+        self.jvp, self.exempt, self.adjoint_of, self.expand = jvp, exempt, adjoint_of, expand
         self.flops = flops or (lambda call, size: size(call.outputs[0].shape))
 
 
@@ -657,7 +661,7 @@ def missing_rules(lowered=None) -> list:
     missing = [f"{name}: no partials" for name in sorted(ELEMENTWISE)
                if name not in PARTIALS and name not in ZERO_DERIVATIVE and name not in NO_PARTIALS]
     for name, rule in sorted(CALLS.items()):
-        if lowered is not None and name not in lowered:
+        if lowered is not None and name not in lowered and rule.expand is None:
             missing.append(f"{name}: no lowering")
         if rule.exempt:
             continue
@@ -693,8 +697,8 @@ def coverage() -> str:
                      f"{el.flops:2d} flops  {flags}{'  (' + el.exempt + ')' if el.exempt else ''}")
     lines.append("calls (family, adjoint, tangent, numpy, native):")
     for name, rule in sorted(CALLS.items()):
-        lowered = ("numpy" if callable(rule.numpy) else "NO NUMPY") + " " + \
-            ("native" if name in CALL_LOWERING else "NO NATIVE")
+        lowered = "expanded     " if rule.expand is not None else \
+            ("numpy" if callable(rule.numpy) else "NO NUMPY") + " " + ("native" if name in CALL_LOWERING else "NO NATIVE")
         family = FAMILY_OF.get(name, "?")
         if rule.exempt:
             lines.append(f"  {name:18s} {family:7s} {'none: ' + rule.exempt:31s}  {lowered:13s}  {rule.doc}")

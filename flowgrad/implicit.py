@@ -1,0 +1,259 @@
+"""Fixed points, differentiated implicitly.
+
+``x = flowgrad.fixed_point(step, x0, *params)`` iterates ``x = step(x, *params)`` to convergence.
+Differentiating through that loop would keep every iterate and reverse every step; at a fixed
+point ``x* = step(x*, p)`` the implicit function theorem gives the derivative without them:
+``dx*/dp = (I - J_x)^-1 J_p`` (``J_x``, ``J_p``: the derivatives of one step at ``x*``). So, in a
+function flowgrad captures, the call becomes one operation, ``Call("fixed_point")``, with rules of
+its own:
+
+- adjoint: ``lam = g + J_x^T lam`` iterated from ``lam = g`` (``g``: the adjoint of ``x*``) to
+  convergence with the gradient program of one step (a vjp), then ``p``'s adjoint ``J_p^T lam``;
+- tangent: ``t = J_x t + J_p dp`` iterated from ``t = 0`` with the tangent program of one step.
+
+Memory does not grow with the iteration count, and neither does the adjoint's cost (it takes its
+own number of iterations, about as many as the forward, each a vjp of one step). ``x0`` gets no
+derivative: the fixed point does not depend on where the iteration started. After
+differentiation the call is replaced by the iteration itself (``CallRule.expand``). Both
+iterations converge where the forward one does (the spectral radius of ``J_x`` below one).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import pipeline
+from .autodiff.forward import build_tangent
+from .autodiff.reverse import build_reverse
+from .autodiff.rules import CallRule
+from .errors import InputError, unsupported
+from .ir.core import (BOOL, F64, I64, Assign, Call, Const, Expr, Pop, Program, Push, Read, Ref, While, distinct, op,
+                      scalar, stmt_reads, walk)
+
+
+def fixed_point(step, x0, *params, tol=1e-10, max_iter=1000):
+    """Iterate ``x = step(x, *params)`` from ``x0`` until two successive iterates differ by at most
+    ``tol`` (their largest absolute difference), or for ``max_iter`` steps; returns the last iterate.
+
+    In plain Python this is the loop itself. In a function flowgrad differentiates, the result's
+    derivative is taken implicitly, at the fixed point (see ``flowgrad.implicit``): the gradient
+    solves ``(I - d step/dx)^T lam = g`` by the same kind of iteration, with vector-Jacobian
+    products of one step, so memory does not grow with the number of iterations.
+
+    Args:
+      step: a function ``step(x, *params)`` returning the next iterate, of ``x``'s shape.
+      x0: the starting point (a float array or number).
+      *params: the other arguments of ``step`` (what the derivative is taken in).
+      tol, max_iter: when to stop.
+
+    Example:
+      >>> def solve(b):
+      ...     return flowgrad.fixed_point(lambda x, b: 0.5 * np.cos(x) + b, np.zeros_like(b), b)
+      >>> flowgrad.grad(lambda b: np.sum(solve(b)))(np.ones(3))          # doctest: +SKIP
+    """
+    x = np.array(x0, dtype=np.float64) if np.ndim(x0) else float(x0)
+    for _ in range(int(max_iter)):
+        new = step(x, *params)
+        done = float(np.max(np.abs(np.asarray(new) - x))) <= tol
+        x = new
+        if done:
+            break
+    return x
+
+
+# ---------------------------------------------------------------- in captured code
+
+
+def inline_fixed_point(fe, args, kwargs, loc):
+    """``fixed_point(step, x0, *params, tol=..., max_iter=...)`` in captured code: the call, with the
+    iteration (its expansion) and one step captured apart for the derivative rules."""
+    from .api_nested import _inline, _input, _whole
+    if len(args) < 2:
+        raise InputError(f"{loc}: fixed_point takes a step function and a starting point")
+    extra = set(kwargs) - {"tol", "max_iter"}
+    if extra:
+        raise InputError(f"{loc}: fixed_point() got unexpected keyword arguments {sorted(extra)}")
+    step, x0, params = args[0], args[1], list(args[2:])
+    tol = fe.to_expr(kwargs.get("tol", 1e-10), loc)
+    max_iter = fe.to_expr(kwargs.get("max_iter", 1000), loc)
+    x0c = _input(fe, x0, loc, True, "the starting point of fixed_point")
+    # the parameters as they are now (the iteration and its adjoint read them later)
+    pconts = [_input(fe, p, loc, False, f"parameter {k} of fixed_point") if isinstance(p, Expr) else None
+              for k, p in enumerate(params)]
+    values = [Read(_whole(c)) if c is not None else p for c, p in zip(pconts, params)]
+    pconts = [c for c in pconts if c is not None]
+    xs = fe.container("fixed", x0c.dtype, x0c.shape)
+
+    def temp(shape, dtype, hint):
+        return fe.container(hint, dtype, shape)
+    forward = _iteration(fe, step, xs, x0c, values, tol, max_iter, loc, temp)
+    # one step at inputs of its own, for the derivative programs
+    wx = fe.container("fx", x0c.dtype, x0c.shape)
+    wps = [fe.container("fp", c.dtype, c.shape) for c in pconts]
+    swap = dict(zip(map(id, pconts), wps))
+    step_args = [Read(_whole(wx))] + [Read(_whole(swap[id(v.ref.container)])) if isinstance(v, Read) and
+                                      id(v.ref.container) in swap else v for v in values]
+    before = set(fe.containers)
+    stmts, outs, tree = _inline(fe, step, step_args, {}, loc, "fixed_point", {wx} | set(wps))
+    _check_step(outs, tree, x0c, step, loc)
+    inner = {c.name for c in fe.containers.values()} - before
+    outside = sorted({r.ref.container for s in walk(stmts) for r in stmt_reads(s)
+                      if r.ref.container.name not in inner and r.ref.container not in {wx} | set(wps)},
+                     key=lambda c: c.name)
+    unit = pipeline.run(pipeline.CAPTURED, pipeline.Unit({"body": stmts}, fe.containers, fe.namer, [outs[0]],
+                                                         "numpy", "reverse"))
+    attrs = {"forward": forward, "step": (wx, wps, outside, unit.sweeps["body"], outs[0]), "tol": tol,
+             "max_iter": max_iter}
+    inputs = [Read(_whole(x0c))] + [Read(_whole(c)) for c in pconts + outside]
+    fe.emit(Call("fixed_point", inputs, [xs], attrs, loc=loc))
+    return Read(_whole(xs))
+
+
+def _check_step(outs, tree, x0c, step, loc):
+    name = getattr(step, "__name__", "step")
+    if tree is not None or len(outs) != 1:
+        raise unsupported(loc, f"fixed_point of {name}, which returns several values",
+                          "return the next iterate only (stack several arrays into one)")
+    out = outs[0]
+    same = out.ndim == x0c.ndim and all(not (isinstance(a, Const) and isinstance(b, Const)) or a.value == b.value
+                                        for a, b in zip(out.shape, x0c.shape))
+    if not same:
+        raise InputError(f"{loc}: the step of fixed_point ({name}) returns shape {tuple(out.shape)} for an "
+                         f"iterate of shape {tuple(x0c.shape)}")
+
+
+def _whole(c):
+    return Ref(c) if c.ndim else Ref(c, ())
+
+
+def _distance(a, b, temp):
+    """``(statements, err)``: the largest absolute difference of ``a`` and ``b`` into a new scalar."""
+    err = temp((), F64, "err")
+    d = op("abs", op("subtract", a, b))
+    if not d.shape:
+        return [Assign(Ref(err, ()), d)], scalar(err)
+    t = temp(d.shape, F64, "dist")
+    return [Assign(Ref(t), d), Call("max", [Read(Ref(t))], [err], {"axis": None, "keepdims": False})], scalar(err)
+
+
+def _loop(state, start, body, new, tol, max_iter, temp, scale=None):
+    """``state = start``, then ``body`` (after which ``new`` reads the next value) repeated until it
+    moves ``state`` by at most ``tol`` (times ``1 + max |scale|``: a size the state is measured
+    against, for the derivative iterations) or ``max_iter`` times."""
+    k = temp((), I64, "iters")
+    go = temp((), BOOL, "go")
+    dist, err = _distance(new, Read(_whole(state)), temp)
+    top, bound = [], tol
+    if scale is not None:
+        top, size = _distance(scale, Const(0.0), temp)
+        bound = op("multiply", tol, op("add", Const(1.0), size))
+    step = body + dist + [
+        Assign(_whole(state), new),
+        Assign(Ref(k, ()), op("add", scalar(k), Const(1))),
+        Assign(Ref(go, ()), op("logical_and", op("greater", err, bound), op("less", scalar(k), max_iter)))]
+    return top + [Assign(_whole(state), start), Assign(Ref(k, ()), Const(0)), Assign(Ref(go, ()), Const(True)),
+                  While(scalar(go), step)]
+
+
+def _iteration(fe, step, xs, x0c, values, tol, max_iter, loc, temp):
+    """The forward iteration: statements leaving the fixed point in ``xs``."""
+    def body():
+        out = fe.to_expr(fe.call(step, [Read(_whole(xs))] + list(values), {}, loc,
+                                 getattr(step, "__name__", "step")), loc)
+        return fe.materialize(out, "fx_next", loc)
+    stmts, new = fe.collect(body)
+    return _loop(xs, Read(_whole(x0c)), stmts, new, tol, max_iter, temp)
+
+
+def _step_program(call, containers):
+    wx, wps, outside, stmts, result = call.attrs["step"]
+    params = [wx] + list(wps) + list(outside)
+    return Program("fixed_step", params, stmts, [result], containers), params
+
+
+def _setup(call):
+    """Statements giving the one-step program's inputs their values at the fixed point."""
+    wx, wps, _, _, _ = call.attrs["step"]
+    return [Assign(_whole(wx), Read(_whole(call.outputs[0])))] + \
+        [Assign(_whole(w), src) for w, src in zip(wps, call.inputs[1:])]
+
+
+def _register(ctx, containers):
+    for c in containers:
+        if c.name not in ctx.prog.containers:
+            ctx.temps.append(c)
+
+
+def _vjp_fixed_point(ctx, call, gouts):
+    g = gouts[0]
+    prog, params = _step_program(call, ctx.prog.containers)
+    wx = params[0]
+    wrt = [c for c in params if c.dtype.kind == "f"]
+    # the iteration needs only J_x^T lam (a gradient program in x alone); the parameters' adjoints
+    # J_p^T lam come from one more pass at the converged lam
+    in_x, in_all = build_reverse(prog, [wx], ctx.namer), build_reverse(prog, wrt, ctx.namer)
+    lam = ctx.temp(g.shape, g.dtype, "lam")
+    runs = []
+    for gp in (in_x, in_all):
+        gp.cotangent.kind = "transient"
+        _register(ctx, list(gp.containers.values()))
+        # the step's forward sweep at the fixed point once, where its backward sweep pops no tape
+        # (and so can run again from the same forward values), else both each time
+        once = not any(isinstance(t, (Push, Pop)) for t in walk(gp.forward + gp.backward))
+        runs.append((gp.forward if once else [],
+                     [Assign(_whole(gp.cotangent), Read(_whole(lam)))] + ([] if once else gp.forward) + gp.backward))
+    jx = in_x.grads.get(wx)
+    new = op("add", Read(_whole(g)), Read(_whole(jx))) if jx is not None else Read(_whole(g))
+    stmts = _setup(call) + runs[0][0] + \
+        _loop(lam, Read(_whole(g)), runs[0][1], new, call.attrs["tol"], call.attrs["max_iter"], ctx.temp,
+              scale=Read(_whole(g))) + runs[1][0] + runs[1][1]
+    sources = dict(zip(params[1:], call.inputs[1:]))
+    for c in wrt[1:] if wrt and wrt[0] is wx else wrt:
+        gc = in_all.grads.get(c)
+        if gc is not None:
+            stmts += ctx.accumulate(sources[c], Read(_whole(gc)))
+    return distinct(stmts)
+
+
+def _jvp_fixed_point(ctx, call, touts):
+    t_out = touts[0]
+    if t_out is None:
+        return []
+    prog, params = _step_program(call, ctx.prog.containers)
+    wrt = [c for c in params if c.dtype.kind == "f"]
+    tp = build_tangent(prog, wrt, ctx.namer)
+    _register(ctx, [c for c in tp.containers.values()])
+    seeds = tp.params[len(params):]
+    t = ctx.temp(t_out.shape, t_out.dtype, "tfix")
+    sources = dict(zip(params[1:], call.inputs[1:]))
+    fixed = []
+    for c, seed in zip(wrt, seeds):
+        seed.kind = "transient"
+        if c is params[0]:
+            continue
+        tv = ctx.tangent(sources[c])
+        fixed.append(Assign(_whole(seed), tv if tv is not None else Const(0.0)))
+    x_seed = seeds[0] if wrt and wrt[0] is params[0] else None
+    run = ([Assign(_whole(x_seed), Read(_whole(t)))] if x_seed is not None else []) + tp.body
+    t_result = tp.results[1]
+    # measured against the first iterate, the tangent the parameters give in one step
+    first = ctx.temp(t_out.shape, t_out.dtype, "tfirst")
+    once = ([Assign(_whole(x_seed), Const(0.0))] if x_seed is not None else []) + tp.body + \
+        [Assign(_whole(first), Read(_whole(tp.results[1])))]
+    stmts = _setup(call) + fixed + once + _loop(t, Read(_whole(first)), run, Read(_whole(t_result)),
+                                                call.attrs["tol"], call.attrs["max_iter"], ctx.temp,
+                                                scale=Read(_whole(first)))
+    return distinct(stmts + [Assign(_whole(t_out), Read(_whole(t)))])
+
+
+IMPLICIT_CALLS = {
+    "fixed_point": CallRule(lambda i, a: "None", _vjp_fixed_point, jvp=_jvp_fixed_point,
+                            expand=lambda call: call.attrs["forward"],
+                            flops=lambda call, size: 0,
+                            doc="x = step(x, *params) to convergence (flowgrad.fixed_point): derivatives at the "
+                                "fixed point, implicitly"),
+}
+IMPLICIT_LOWERING = {}
+
+fixed_point._flowgrad_inline = inline_fixed_point
+
+__all__ = ["fixed_point", "IMPLICIT_CALLS", "IMPLICIT_LOWERING"]

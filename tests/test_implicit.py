@@ -1,0 +1,130 @@
+"""Fixed points differentiated implicitly (``flowgrad.fixed_point``).
+
+Oracles: central differences of the NumPy function (``fixed_point`` outside captured code is the
+plain iteration); the gradient of the same iteration written as a ``while`` loop, differentiated
+through the loop (within 1e-8 at convergence); JAX's derivatives of the fixed point by the
+implicit function theorem where JAX is installed.
+"""
+import numpy as np
+import pytest
+
+import flowgrad
+from conftest import have_module
+
+EPS = 1e-6
+W = np.random.default_rng(1).normal(size=(6, 6)) * 0.15
+
+
+def step(x, b, a):
+    return 0.5 * np.cos(a * x) + 0.3 * (W @ np.tanh(x)) + b
+
+
+def implicit_loss(b, a):
+    x = flowgrad.fixed_point(step, np.zeros_like(b), b, a, tol=1e-14)
+    return np.sum(x ** 2) + a * np.sum(x)
+
+
+def loop_loss(b, a):
+    x = np.zeros_like(b)
+    err = 1.0
+    while err > 1e-14:
+        new = 0.5 * np.cos(a * x) + 0.3 * (W @ np.tanh(x)) + b
+        err = np.max(np.abs(new - x))
+        x = new
+    return np.sum(x ** 2) + a * np.sum(x)
+
+
+def _args():
+    return np.linspace(0.1, 1.0, 6), 1.3
+
+
+def test_outside_captured_code_it_is_the_iteration():
+    b, a = _args()
+    assert implicit_loss(b, a) == loop_loss(b, a)
+
+
+def test_gradient_against_differences_and_the_loop(backend):
+    b, a = _args()
+    assert flowgrad.jit(implicit_loss, backend=backend)(b, a) == pytest.approx(loop_loss(b, a), rel=1e-14)
+    gb, ga = flowgrad.grad(implicit_loss, wrt=(0, 1), backend=backend)(b, a)
+    lb, la = flowgrad.grad(loop_loss, wrt=(0, 1), backend=backend)(b, a)
+    np.testing.assert_allclose(gb, lb, rtol=1e-8, atol=1e-10)
+    assert ga == pytest.approx(la, rel=1e-8)
+    d = np.random.default_rng(2).standard_normal(6)
+    fd = (loop_loss(b + EPS * d, a) - loop_loss(b - EPS * d, a)) / (2 * EPS)
+    assert gb @ d == pytest.approx(fd, rel=1e-6)
+
+
+def test_tangents_and_second_derivatives(backend):
+    b, a = _args()
+    d = np.random.default_rng(3).standard_normal(6)
+    out, t = flowgrad.jvp(implicit_loss, (b, a), (d, 0.5), backend=backend)
+    fd = (loop_loss(b + EPS * d, a + EPS * 0.5) - loop_loss(b - EPS * d, a - EPS * 0.5)) / (2 * EPS)
+    assert t == pytest.approx(fd, rel=1e-6)
+    # forward over reverse and reverse over reverse agree with differences of the gradient
+    g = flowgrad.grad(loop_loss, backend="numpy")
+    expected = (g(b + EPS * d, a) - g(b - EPS * d, a)) / (2 * EPS)
+    np.testing.assert_allclose(flowgrad.hvp(implicit_loss, (b, a), (d, None), backend=backend), expected,
+                               rtol=1e-5, atol=1e-7)
+    hv = flowgrad.grad(lambda b: flowgrad.grad(implicit_loss)(b, a) @ d, backend=backend)(b)
+    np.testing.assert_allclose(hv, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_a_scalar_fixed_point_and_a_value_the_step_closes_over(backend):
+    c = np.array([0.3, -0.2, 0.5])
+
+    def loss(s, v):
+        # the step reads v through its closure, not as a parameter: its derivative still flows
+        x = flowgrad.fixed_point(lambda x, s: 0.4 * np.sin(x) + s * np.sum(v * c), 0.0, s)
+        return x * x
+
+    def plain(s, v):
+        x = 0.0
+        for _ in range(1000):
+            new = 0.4 * np.sin(x) + s * np.sum(v * c)
+            done = abs(new - x) <= 1e-10
+            x = new
+            if done:
+                break
+        return x * x
+
+    s, v = 0.7, np.array([1.0, 2.0, -1.0])
+    gs, gv = flowgrad.grad(loss, wrt=(0, 1), backend=backend)(s, v)
+    assert gs == pytest.approx((plain(s + EPS, v) - plain(s - EPS, v)) / (2 * EPS), rel=1e-6)
+    d = np.array([0.3, -1.0, 0.4])
+    assert gv @ d == pytest.approx((plain(s, v + EPS * d) - plain(s, v - EPS * d)) / (2 * EPS), rel=1e-6)
+
+
+def test_batched_directions_are_refused_by_name():
+    b, a = _args()
+    with pytest.raises(flowgrad.UnsupportedError, match=r"test_implicit.py:\d+: unsupported batched directions "
+                                                        r"\(jacfwd, hessian\) through control flow"):
+        flowgrad.hessian(implicit_loss, backend="numpy")(b, a)
+    # jacrev (reverse mode, row by row) takes it
+    J = flowgrad.jacrev(lambda b: flowgrad.fixed_point(step, np.zeros_like(b), b, 1.3), backend="numpy")(b)
+    assert J.shape == (6, 6)
+
+
+def test_a_step_of_the_wrong_shape_is_refused():
+    def loss(b):
+        return np.sum(flowgrad.fixed_point(lambda x, b: np.sum(x * b), np.zeros(3), b))
+    with pytest.raises(flowgrad.InputError, match="the step of fixed_point .* returns shape"):
+        flowgrad.grad(loss)(np.ones(3))
+
+
+@pytest.mark.jax
+@pytest.mark.skipif(not have_module("jax"), reason="needs jax")
+def test_against_jax_implicit_function_theorem():
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    b, a = _args()
+    x = flowgrad.fixed_point(step, np.zeros_like(b), b, a, tol=1e-15)
+
+    def stepj(x, b):
+        return 0.5 * jnp.cos(a * x) + 0.3 * (W @ jnp.tanh(x)) + b
+    jx = jax.jacobian(stepj, 0)(x, b)
+    jb = jax.jacobian(stepj, 1)(x, b)
+    dxdb = np.linalg.solve(np.eye(6) - jx, jb)
+    expected = (2 * x + a) @ dxdb
+    np.testing.assert_allclose(flowgrad.grad(implicit_loss, backend="numpy")(b, a), expected, rtol=1e-10)
