@@ -98,10 +98,31 @@ def _unheld(a):
 
 
 def cache_dir() -> str:
+    """The directory compiled code is cached in (``FLOWGRAD_CACHE_DIR``, else ``~/.cache/flowgrad``),
+    made private (mode 0700) where flowgrad creates it. flowgrad imports Python source from it, and
+    Numba loads its cached machine code (pickled) from it: one that another user can write could
+    run their code in this process, so it is refused (``_check_private``)."""
     base = os.environ.get("FLOWGRAD_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "flowgrad")
-    os.makedirs(base, exist_ok=True)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    _check_private(base)
+    _check_private(os.path.join(base, "__pycache__"))       # Numba's cache index and machine code
     return base
+
+
+def _check_private(path):
+    """Refuse a cache directory that is not this user's own, or that others can write to."""
+    if not hasattr(os, "getuid") or not os.path.isdir(path):
+        return
+    import stat
+    from ..errors import FlowgradError
+    st = os.stat(path)
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise FlowgradError(
+            f"flowgrad's cache directory {path} is {'not yours' if st.st_uid != os.getuid() else 'writable by others'} "
+            f"(owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}): code placed there would run in this "
+            "process when flowgrad loads its compiled programs. Point FLOWGRAD_CACHE_DIR at a directory of your "
+            "own that only you can write (chmod 700), or leave it unset (~/.cache/flowgrad)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,19 +151,33 @@ def compile_source(src: str, name: str):
                          .encode()).hexdigest()[:24]
     modname = f"flowgrad_gen_{key}"
     path = os.path.join(cache_dir(), modname + ".py")
-    if not os.path.exists(path):
+    if _read(path) != src:          # absent, or not the source generated here: (re)written, never run
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        with open(tmp, "w", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
             f.write(src)
         os.replace(tmp, path)
     mod = sys.modules.get(modname)
     if mod is None:
+        # run the source generated here (the file on disk only names it, for Numba's cache), not
+        # whatever the file or a bytecode file next to it holds
         spec = importlib.util.spec_from_file_location(modname, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[modname] = mod
-        spec.loader.exec_module(mod)
+        try:
+            exec(compile(src, path, "exec"), mod.__dict__)  # noqa: S102 - our own generated source
+        except BaseException:
+            del sys.modules[modname]
+            raise
     return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name), getattr(mod, "OUTPUTS_" + name), serial,
                   getattr(mod, "SITES_" + name, ()))
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def available() -> bool:
