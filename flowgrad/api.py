@@ -288,6 +288,12 @@ class _Transform:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__signature__ = self.signature      # a transform taking this one sees fn's arguments
 
+    def __reduce__(self):
+        # pickled (to another process, a Dask worker): the function and the options, not what was
+        # compiled here; the shared on-disk cache serves the native code there
+        return _restore_transform, (type(self), self.fn, self.wrt_given, self.backend, self.mode, self.memory_budget,
+                                    self.strategy, self.allow_uncompute)
+
     def bind(self, args):
         """The call's arguments by name, defaults applied."""
         try:
@@ -406,6 +412,13 @@ class _Transform:
 
 _EXPECTED = ("expected a float array, a float, or a tuple, list, dict, NamedTuple, dataclass or object holding "
              "them")
+
+
+def _restore_transform(cls, fn, wrt, backend, mode, memory_budget, strategy, allow_uncompute):
+    """A transform unpickled: ``cls`` of ``fn`` with those options, nothing compiled yet."""
+    t = object.__new__(cls)
+    _Transform.__init__(t, fn, wrt, backend, mode, memory_budget, strategy, allow_uncompute)
+    return t
 
 
 def _check_wrt_value(name, v):
