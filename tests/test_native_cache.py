@@ -56,7 +56,7 @@ def test_the_cache_directory_is_private_and_others_cannot_write_it(tmp_path, mon
         flowgrad.jit(lambda x: np.sin(x) * 2.0, backend="native")(np.ones(3))
     # Numba's own cache files live in __pycache__: the same holds there
     os.chmod(shared, 0o700)
-    (shared / "__pycache__").mkdir()
+    (shared / "__pycache__").mkdir(exist_ok=True)
     os.chmod(shared / "__pycache__", 0o777)
     with pytest.raises(flowgrad.FlowgradError, match=r"__pycache__ is writable by others"):
         native_kernel.cache_dir()
