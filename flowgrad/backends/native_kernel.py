@@ -105,6 +105,7 @@ def cache_dir() -> str:
     base = os.environ.get("FLOWGRAD_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "flowgrad")
     numba_cache = os.path.join(base, "__pycache__")        # Numba's cache index and machine code
+    os.makedirs(base, mode=0o700, exist_ok=True)
     os.makedirs(numba_cache, mode=0o700, exist_ok=True)    # made here, not by Numba, whatever the umask
     _check_private(base)
     _check_private(numba_cache)
