@@ -29,6 +29,11 @@ def _geometry(size, kernel, stride, pad_lo, pad_hi, dilation, ceil_mode):
     return out, max(pad_hi, (out - 1) * stride + span - size - pad_lo)
 
 
+# the name generators of the captures a model is being inlined into (``ModelProgram._flowgrad_inline``):
+# the model's containers are named by the capture's, so that they cannot clash with its own
+_NAMERS = []
+
+
 class NNBuilder:
     """Emits the IR of one model for one call signature.
 
@@ -40,7 +45,7 @@ class NNBuilder:
 
     def __init__(self, name):
         self.name = name
-        self.namer = Namer()
+        self.namer = _NAMERS[-1] if _NAMERS else Namer()
         self.containers = {}
         self.body = []
         self.params = []            # argument containers, in call order (constants last)
@@ -578,6 +583,46 @@ class ModelProgram:
     def _flowgrad_capture(self, args):
         b, result = self._build(self._arrays(args))
         return b.captured(result, self._values_of)
+
+    def _flowgrad_inline(self, fe, args, kwargs, loc):
+        """A call of the model inside a Python function flowgrad captures (``fe``): its IR, named by
+        that capture, stands where the call stands, the inputs the call's values, the parameters
+        and buffers the model's arrays (read when the program runs), so every transform of the
+        function (gradients, tangents, nested ones) goes through the model."""
+        from .errors import unsupported
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InputError(f"{loc}: calling {self.__name__}: {exc}") from None
+        exprs = [fe.to_expr(a, loc) for a in bound.args]
+        examples = []
+        for name, e in zip(self.input_names, exprs):
+            shape = tuple(const_value(d) for d in e.shape)
+            if None in shape:
+                raise unsupported(loc, f"input {name!r} of {self.__name__} of a size known only at run time",
+                                  "give the model inputs of fixed shapes")
+            examples.append(np.zeros(shape, dtype=e.dtype))
+        _NAMERS.append(fe.namer)
+        try:
+            b, result = self._build(examples)
+            cap = b.captured(result, self._values_of)
+        finally:
+            _NAMERS.pop()
+        fe.containers.update(cap.containers)
+        for c, (kind, what) in zip(b.params, b.sources):
+            if kind == "input":
+                c.kind = "transient"
+                fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), exprs[what], loc=loc))
+                continue
+            value = np.asarray(self._param_value(what) if kind == "param" else what() if kind == "live" else what)
+            if id(value) in fe.consts:          # the same array is already an input of the capture
+                c.kind = "transient"
+                fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), Read(Ref(fe.consts[id(value)][0])), loc=loc))
+            else:
+                fe.consts[id(value)] = (c, value)
+        for st in cap.body:
+            fe.emit(st)
+        return Read(Ref(cap.result) if cap.result.ndim else Ref(cap.result, ()))
 
     def _entry(self, args, backend, mode):
         from . import api

@@ -309,3 +309,26 @@ def test_grad_of_grad_of_a_fortran_subroutine(backend):
     fd = (g(x + EPS * v) - g(x - EPS * v)) / (2 * EPS)
     np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(hv, flowgrad.hvp(lambda x: prog(6, x), (x,), (v,), backend=backend), rtol=1e-12)
+
+
+@pytest.mark.ml
+@pytest.mark.skipif(not have_module("torch"), reason="needs torch")
+def test_a_pytorch_model_inside_captured_code_nests(backend):
+    """A from_torch program called inside a Python function: its IR stands where the call stands,
+    so the function's gradient, and the gradient of that gradient, go through the model (torch's
+    double backward is the oracle)."""
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).double()
+    x = np.random.default_rng(0).normal(size=(5, 4))
+    v = np.random.default_rng(1).normal(size=(5, 4))
+    prog = flowgrad.from_torch(model, x)
+
+    def loss(x):
+        return np.sum(np.sin(prog(x)) ** 2)
+    xt = torch.tensor(x, requires_grad=True)
+    (gt,) = torch.autograd.grad(torch.sum(torch.sin(model(xt)) ** 2), xt, create_graph=True)
+    (hvt,) = torch.autograd.grad(torch.sum(gt * torch.tensor(v)), xt)
+    np.testing.assert_allclose(flowgrad.grad(loss, backend=backend)(x), gt.detach().numpy(), rtol=1e-12, atol=1e-14)
+    hv = flowgrad.grad(lambda x: np.sum(flowgrad.grad(loss)(x) * v), backend=backend)(x)
+    np.testing.assert_allclose(hv, hvt.numpy(), rtol=1e-10, atol=1e-13)
