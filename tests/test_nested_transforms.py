@@ -332,3 +332,18 @@ def test_a_pytorch_model_inside_captured_code_nests(backend):
     np.testing.assert_allclose(flowgrad.grad(loss, backend=backend)(x), gt.detach().numpy(), rtol=1e-12, atol=1e-14)
     hv = flowgrad.grad(lambda x: np.sum(flowgrad.grad(loss)(x) * v), backend=backend)(x)
     np.testing.assert_allclose(hv, hvt.numpy(), rtol=1e-10, atol=1e-13)
+
+
+def test_grad_of_grad_through_a_view_of_a_size_known_only_at_run_time(backend):
+    """The inner gradient program keeps ``x[:k + 1]`` on a tape; its adjoint tape's entries have that
+    run-time size (native tapes store the size with such an entry)."""
+    def f(x, k):
+        x[:k + 1] = np.sin(x[:k + 1])
+        return np.sum(np.sin(x) * np.arange(1.0, 9.0))
+
+    x = U(8, seed=21)
+    d = np.random.default_rng(22).standard_normal(8)
+    hv = flowgrad.grad(lambda x, k: np.sum(flowgrad.grad(f)(x, k) * d), backend=backend)(x, 3)
+    g = flowgrad.grad(f, backend="numpy")
+    fd = (g(x + EPS * d, 3) - g(x - EPS * d, 3)) / (2 * EPS)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)

@@ -292,11 +292,13 @@ class ReverseBuilder:
         gref = s.ref.with_container(g) if g is not None else None
         if gt is None:
             return [] if gref is None else [Assign(gref, Const(0.0))]
+        # the entry is pushed from a whole array of its own, as the push's adjoint pops it (where its
+        # size is known only at run time, the native tape keeps the size with a whole array's entry)
+        t = self.temp(s.ref.shape, s.tape.dtype, "gpush")
+        whole = Ref(t) if t.ndim else Ref(t, ())
         if gref is None:                # nothing downstream of the popped value is active: a zero entry
-            t = self.temp(s.ref.shape, s.tape.dtype, "gzero")
-            gref = Ref(t) if t.ndim else Ref(t, ())
-            return [Assign(gref, Const(0.0)), Push(gt, gref, s.loc)]
-        return [Push(gt, gref, s.loc), Assign(gref, Const(0.0))]
+            return [Assign(whole, Const(0.0)), Push(gt, whole, s.loc)]
+        return [Assign(whole, Read(gref)), Push(gt, whole, s.loc), Assign(gref, Const(0.0))]
 
     def reverse_block(self, stmts, depth):
         out = []
