@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
-import tracemalloc
 
 import numpy as np
 
 import flowgrad
 from flowgrad.checkpoint.plan import fmt_bytes
+
+from .run import Timer, peak_memory
 
 R = 5.0         # eps / h^2: the Jacobi-Picard step contracts by about (2R + c) / (2R + 1)
 
@@ -62,26 +61,6 @@ def iterations(f, c, tol):
         u = new
 
 
-def _time(g, args, repeat):
-    g(*args)
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        g(*args)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
-def _peak(g, args):
-    g(*args)
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    g(*args)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=400)
@@ -108,10 +87,11 @@ def main(argv=None):
             a, b = gi(*args), gt(*args)
             apart = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))) / np.max(np.abs(np.asarray(y))))
                         for x, y in zip(a, b))
-            ti, tt = _time(gi, args, opts.repeat), _time(gt, args, opts.repeat)
+            timer = Timer(0, repeat=opts.repeat)
+            ti, tt = (timer.run(g, lambda: args)[0]["median_s"] for g in (gi, gt))
             pi = pt = None
             if backend == "numpy":
-                pi, pt = _peak(gi, args), _peak(gt, args)
+                pi, pt = peak_memory(gi, lambda: args), peak_memory(gt, lambda: args)
             lines.append(f"| {tol:g} | {k} | {backend} | {ti:.4f} | {tt:.4f} | {ti / tt:.2f} | "
                          f"{fmt_bytes(pi) if pi else '-'} | {fmt_bytes(pt) if pt else '-'} | {apart:.1e} |")
     lines += ["", "Time ratio: implicit / through the loop (below 1: the implicit gradient is faster). The "

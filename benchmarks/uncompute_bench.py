@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
-import tracemalloc
 
 import numpy as np
 
 import flowgrad
 from flowgrad.checkpoint.plan import fmt_bytes
+
+from .run import Timer, fresh, peak_memory
 
 
 def leapfrog(q, p, dt, k, steps):
@@ -40,32 +39,6 @@ WRT = (0, 1, 2, 3)
 def _inputs(n, steps):
     rng = np.random.default_rng(0)
     return rng.normal(size=n), rng.normal(size=n), 0.01, 1.3, steps
-
-
-def _copies(args):
-    return tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args)
-
-
-def _time(g, args, repeat):
-    g(*_copies(args))
-    samples = []
-    for _ in range(repeat):
-        a = _copies(args)
-        start = time.perf_counter()
-        g(*a)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
-def _peak(g, args):
-    g(*_copies(args))
-    a = _copies(args)
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    g(*a)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
 
 
 def _pushes(g, args):
@@ -86,9 +59,10 @@ def main(argv=None):
     for backend in ("numpy", "native"):
         for uncompute in (False, True):
             g = flowgrad.grad(leapfrog, wrt=WRT, backend=backend, allow_uncompute=uncompute)
-            grads[backend, uncompute] = g(*_copies(args))
-            rows.append((backend, uncompute, _time(g, args, opts.repeat),
-                         _peak(g, args) if backend == "numpy" else None,
+            grads[backend, uncompute] = g(*fresh(args))
+            timing, _ = Timer(0, repeat=opts.repeat).run(g, lambda: fresh(args))
+            rows.append((backend, uncompute, timing["median_s"],
+                         peak_memory(g, lambda: fresh(args)) if backend == "numpy" else None,
                          _pushes(g, args) if backend == "numpy" else None))
     lines = ["# Uncomputation on an invertible time loop", "",
              f"Stormer-Verlet chain, n = {opts.n} pendulums, {opts.steps} steps; the gradient in q, p, dt "

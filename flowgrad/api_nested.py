@@ -121,7 +121,7 @@ def inline_vjp(fe, args, kwargs, loc):
                                "updates an argument in place", "write to a copy of the argument inside it")
     for s in stmts:
         fe.emit(s)
-    return Read(_whole(outs[0])), _Pullback(fn, owned, outs[0])
+    return Read(Ref(outs[0])), _Pullback(fn, owned, outs[0])
 
 
 class _Pullback:
@@ -163,7 +163,7 @@ class _Owned:
                 c = _input(fe, v, loc, True, f"argument {k!r} of {what}")
                 self.wrt.append(c)
                 self.mine.add(c)
-                _put(self.args, self.kwargs, k, Read(_whole(c)))
+                _put(self.args, self.kwargs, k, Read(Ref(c)))
                 continue
             count = len(self.wrt)
 
@@ -174,7 +174,7 @@ class _Owned:
                 self.mine.add(c)
                 if differentiated and _is_float(leaf):
                     self.wrt.append(c)
-                return Read(_whole(c))
+                return Read(Ref(c))
             _put(self.args, self.kwargs, k, _tree_map(own, v))
             if differentiated and len(self.wrt) == count:
                 raise InputError(f"{loc}: argument {k!r} of {what} holds no float array or float to differentiate")
@@ -217,7 +217,7 @@ def _reverse(fe, stmts, result, wrt, cotangent, loc):
     gp = build_reverse(prog, wrt, fe.namer)
     fe.containers.update(gp.containers)
     gp.cotangent.kind = "transient"
-    fe.emit(Assign(_whole(gp.cotangent), cotangent, loc=loc))
+    fe.emit(Assign(Ref(gp.cotangent), cotangent, loc=loc))
     for s in gp.forward + gp.backward:
         fe.emit(s)
     grads = []
@@ -225,8 +225,8 @@ def _reverse(fe, stmts, result, wrt, cotangent, loc):
         g = gp.grads.get(w)
         if g is None:                   # the result does not depend on it
             g = fe.container("g_" + w.name, w.dtype, w.shape)
-            fe.emit(Assign(_whole(g), Const(0.0, w.dtype), loc=loc))
-        grads.append(Read(_whole(g)))
+            fe.emit(Assign(Ref(g), Const(0.0, w.dtype), loc=loc))
+        grads.append(Read(Ref(g)))
     return grads
 
 
@@ -250,12 +250,12 @@ def _tangent(fe, fn, primals, tangents, keys, loc):
     fe.containers.update(tp.containers)
     for seed, t in zip(tp.params[len(wrt):], seeds_values):
         seed.kind = "transient"
-        fe.emit(Assign(_whole(seed), Const(0.0, seed.dtype) if t is None else t, loc=loc))
+        fe.emit(Assign(Ref(seed), Const(0.0, seed.dtype) if t is None else t, loc=loc))
     for s in tp.body:
         fe.emit(s)
     n = len(outs)
-    values = [Read(_whole(c)) for c in tp.results[:n]]
-    t_values = [Read(_whole(c)) for c in tp.results[n:]]
+    values = [Read(Ref(c)) for c in tp.results[:n]]
+    t_values = [Read(Ref(c)) for c in tp.results[n:]]
     return _rebuild(tree, values), _rebuild(tree, t_values)
 
 
@@ -299,12 +299,8 @@ def _input(fe, value, loc, differentiated, what):
     if differentiated and e.dtype.kind not in "fc":
         raise InputError(f"{loc}: {what} has dtype {e.dtype}; only float arguments can be differentiated")
     c = fe.container("arg", e.dtype, e.shape)
-    fe.emit(Assign(_whole(c), e, loc=loc))
+    fe.emit(Assign(Ref(c), e, loc=loc))
     return c
-
-
-def _whole(c):
-    return Ref(c) if c.ndim else Ref(c, ())
 
 
 def _is_node(v):

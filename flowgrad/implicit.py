@@ -66,7 +66,7 @@ def fixed_point(step, x0, *params, tol=1e-10, max_iter=1000):
 def inline_fixed_point(fe, args, kwargs, loc):
     """``fixed_point(step, x0, *params, tol=..., max_iter=...)`` in captured code: the call, with the
     iteration (its expansion) and one step captured apart for the derivative rules."""
-    from .api_nested import _inline, _input, _whole
+    from .api_nested import _inline, _input
     if len(args) < 2:
         raise InputError(f"{loc}: fixed_point takes a step function and a starting point")
     extra = set(kwargs) - {"tol", "max_iter"}
@@ -79,7 +79,7 @@ def inline_fixed_point(fe, args, kwargs, loc):
     # the parameters as they are now (the iteration and its adjoint read them later)
     pconts = [_input(fe, p, loc, False, f"parameter {k} of fixed_point") if isinstance(p, Expr) else None
               for k, p in enumerate(params)]
-    values = [Read(_whole(c)) if c is not None else p for c, p in zip(pconts, params)]
+    values = [Read(Ref(c)) if c is not None else p for c, p in zip(pconts, params)]
     pconts = [c for c in pconts if c is not None]
     xs = fe.container("fixed", x0c.dtype, x0c.shape)
 
@@ -90,7 +90,7 @@ def inline_fixed_point(fe, args, kwargs, loc):
     wx = fe.container("fx", x0c.dtype, x0c.shape)
     wps = [fe.container("fp", c.dtype, c.shape) for c in pconts]
     swap = dict(zip(map(id, pconts), wps))
-    step_args = [Read(_whole(wx))] + [Read(_whole(swap[id(v.ref.container)])) if isinstance(v, Read) and
+    step_args = [Read(Ref(wx))] + [Read(Ref(swap[id(v.ref.container)])) if isinstance(v, Read) and
                                       id(v.ref.container) in swap else v for v in values]
     before = set(fe.containers)
     stmts, outs, tree = _inline(fe, step, step_args, {}, loc, "fixed_point", {wx} | set(wps))
@@ -103,9 +103,9 @@ def inline_fixed_point(fe, args, kwargs, loc):
                                                          "numpy", "reverse"))
     attrs = {"forward": forward, "step": (wx, wps, outside, unit.sweeps["body"], outs[0]), "tol": tol,
              "max_iter": max_iter}
-    inputs = [Read(_whole(x0c))] + [Read(_whole(c)) for c in pconts + outside]
+    inputs = [Read(Ref(x0c))] + [Read(Ref(c)) for c in pconts + outside]
     fe.emit(Call("fixed_point", inputs, [xs], attrs, loc=loc))
-    return Read(_whole(xs))
+    return Read(Ref(xs))
 
 
 def _check_step(outs, tree, x0c, step, loc):
@@ -119,10 +119,6 @@ def _check_step(outs, tree, x0c, step, loc):
     if not same:
         raise InputError(f"{loc}: the step of fixed_point ({name}) returns shape {tuple(out.shape)} for an "
                          f"iterate of shape {tuple(x0c.shape)}")
-
-
-def _whole(c):
-    return Ref(c) if c.ndim else Ref(c, ())
 
 
 def _distance(a, b, temp):
@@ -141,27 +137,27 @@ def _loop(state, start, body, new, tol, max_iter, temp, scale=None):
     against, for the derivative iterations) or ``max_iter`` times."""
     k = temp((), I64, "iters")
     go = temp((), BOOL, "go")
-    dist, err = _distance(new, Read(_whole(state)), temp)
+    dist, err = _distance(new, Read(Ref(state)), temp)
     top, bound = [], tol
     if scale is not None:
         top, size = _distance(scale, Const(0.0), temp)
         bound = op("multiply", tol, op("add", Const(1.0), size))
     step = body + dist + [
-        Assign(_whole(state), new),
+        Assign(Ref(state), new),
         Assign(Ref(k, ()), op("add", scalar(k), Const(1))),
         Assign(Ref(go, ()), op("logical_and", op("greater", err, bound), op("less", scalar(k), max_iter)))]
-    return top + [Assign(_whole(state), start), Assign(Ref(k, ()), Const(0)), Assign(Ref(go, ()), Const(True)),
+    return top + [Assign(Ref(state), start), Assign(Ref(k, ()), Const(0)), Assign(Ref(go, ()), Const(True)),
                   While(scalar(go), step)]
 
 
 def _iteration(fe, step, xs, x0c, values, tol, max_iter, loc, temp):
     """The forward iteration: statements leaving the fixed point in ``xs``."""
     def body():
-        out = fe.to_expr(fe.call(step, [Read(_whole(xs))] + list(values), {}, loc,
+        out = fe.to_expr(fe.call(step, [Read(Ref(xs))] + list(values), {}, loc,
                                  getattr(step, "__name__", "step")), loc)
         return fe.materialize(out, "fx_next", loc)
     stmts, new = fe.collect(body)
-    return _loop(xs, Read(_whole(x0c)), stmts, new, tol, max_iter, temp)
+    return _loop(xs, Read(Ref(x0c)), stmts, new, tol, max_iter, temp)
 
 
 def _step_program(call, containers):
@@ -173,8 +169,8 @@ def _step_program(call, containers):
 def _setup(call):
     """Statements giving the one-step program's inputs their values at the fixed point."""
     wx, wps, _, _, _ = call.attrs["step"]
-    return [Assign(_whole(wx), Read(_whole(call.outputs[0])))] + \
-        [Assign(_whole(w), src) for w, src in zip(wps, call.inputs[1:])]
+    return [Assign(Ref(wx), Read(Ref(call.outputs[0])))] + \
+        [Assign(Ref(w), src) for w, src in zip(wps, call.inputs[1:])]
 
 
 def _register(ctx, containers):
@@ -200,17 +196,17 @@ def _vjp_fixed_point(ctx, call, gouts):
         # (and so can run again from the same forward values), else both each time
         once = not any(isinstance(t, (Push, Pop)) for t in walk(gp.forward + gp.backward))
         runs.append((gp.forward if once else [],
-                     [Assign(_whole(gp.cotangent), Read(_whole(lam)))] + ([] if once else gp.forward) + gp.backward))
+                     [Assign(Ref(gp.cotangent), Read(Ref(lam)))] + ([] if once else gp.forward) + gp.backward))
     jx = in_x.grads.get(wx)
-    new = op("add", Read(_whole(g)), Read(_whole(jx))) if jx is not None else Read(_whole(g))
+    new = op("add", Read(Ref(g)), Read(Ref(jx))) if jx is not None else Read(Ref(g))
     stmts = _setup(call) + runs[0][0] + \
-        _loop(lam, Read(_whole(g)), runs[0][1], new, call.attrs["tol"], call.attrs["max_iter"], ctx.temp,
-              scale=Read(_whole(g))) + runs[1][0] + runs[1][1]
+        _loop(lam, Read(Ref(g)), runs[0][1], new, call.attrs["tol"], call.attrs["max_iter"], ctx.temp,
+              scale=Read(Ref(g))) + runs[1][0] + runs[1][1]
     sources = dict(zip(params[1:], call.inputs[1:]))
     for c in wrt[1:] if wrt and wrt[0] is wx else wrt:
         gc = in_all.grads.get(c)
         if gc is not None:
-            stmts += ctx.accumulate(sources[c], Read(_whole(gc)))
+            stmts += ctx.accumulate(sources[c], Read(Ref(gc)))
     return distinct(stmts)
 
 
@@ -231,18 +227,18 @@ def _jvp_fixed_point(ctx, call, touts):
         if c is params[0]:
             continue
         tv = ctx.tangent(sources[c])
-        fixed.append(Assign(_whole(seed), tv if tv is not None else Const(0.0)))
+        fixed.append(Assign(Ref(seed), tv if tv is not None else Const(0.0)))
     x_seed = seeds[0] if wrt and wrt[0] is params[0] else None
-    run = ([Assign(_whole(x_seed), Read(_whole(t)))] if x_seed is not None else []) + tp.body
+    run = ([Assign(Ref(x_seed), Read(Ref(t)))] if x_seed is not None else []) + tp.body
     t_result = tp.results[1]
     # measured against the first iterate, the tangent the parameters give in one step
     first = ctx.temp(t_out.shape, t_out.dtype, "tfirst")
-    once = ([Assign(_whole(x_seed), Const(0.0))] if x_seed is not None else []) + tp.body + \
-        [Assign(_whole(first), Read(_whole(tp.results[1])))]
-    stmts = _setup(call) + fixed + once + _loop(t, Read(_whole(first)), run, Read(_whole(t_result)),
+    once = ([Assign(Ref(x_seed), Const(0.0))] if x_seed is not None else []) + tp.body + \
+        [Assign(Ref(first), Read(Ref(tp.results[1])))]
+    stmts = _setup(call) + fixed + once + _loop(t, Read(Ref(first)), run, Read(Ref(t_result)),
                                                 call.attrs["tol"], call.attrs["max_iter"], ctx.temp,
-                                                scale=Read(_whole(first)))
-    return distinct(stmts + [Assign(_whole(t_out), Read(_whole(t)))])
+                                                scale=Read(Ref(first)))
+    return distinct(stmts + [Assign(Ref(t_out), Read(Ref(t)))])
 
 
 IMPLICIT_CALLS = {

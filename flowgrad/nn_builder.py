@@ -612,17 +612,17 @@ class ModelProgram:
         for c, (kind, what) in zip(b.params, b.sources):
             if kind == "input":
                 c.kind = "transient"
-                fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), exprs[what], loc=loc))
+                fe.emit(Assign(Ref(c), exprs[what], loc=loc))
                 continue
             value = np.asarray(self._param_value(what) if kind == "param" else what() if kind == "live" else what)
             if id(value) in fe.consts:          # the same array is already an input of the capture
                 c.kind = "transient"
-                fe.emit(Assign(Ref(c) if c.ndim else Ref(c, ()), Read(Ref(fe.consts[id(value)][0])), loc=loc))
+                fe.emit(Assign(Ref(c), Read(Ref(fe.consts[id(value)][0])), loc=loc))
             else:
                 fe.consts[id(value)] = (c, value)
         for st in cap.body:
             fe.emit(st)
-        return Read(Ref(cap.result) if cap.result.ndim else Ref(cap.result, ()))
+        return Read(Ref(cap.result))
 
     def _entry(self, args, backend, mode):
         from . import api

@@ -277,7 +277,7 @@ class ReverseBuilder:
         if gt is None:
             return []
         t = self.temp(s.ref.shape, s.tape.dtype, "gtape")
-        whole = Ref(t) if t.ndim else Ref(t, ())
+        whole = Ref(t)
         stmts = [Pop(gt, whole, s.loc)]
         g = self.grads.get(s.ref.container)
         if g is not None:
@@ -295,7 +295,7 @@ class ReverseBuilder:
         # the entry is pushed from a whole array of its own, as the push's adjoint pops it (where its
         # size is known only at run time, the native tape keeps the size with a whole array's entry)
         t = self.temp(s.ref.shape, s.tape.dtype, "gpush")
-        whole = Ref(t) if t.ndim else Ref(t, ())
+        whole = Ref(t)
         if gref is None:                # nothing downstream of the popped value is active: a zero entry
             return [Assign(whole, Const(0.0)), Push(gt, whole, s.loc)]
         return [Assign(whole, Read(gref)), Push(gt, whole, s.loc), Assign(gref, Const(0.0))]
