@@ -351,7 +351,7 @@ class _Transform:
         plan = self.plans.get(plan_key)
         if plan is None:
             plan = self.plans[plan_key] = plan_program(entry.prog, entry.gp, env, self.memory_budget,
-                                                       self.strategy)
+                                                       self.strategy, self.backend)
         kinds = {var: kind for var, kind in plan.key() if kind != 0}
         if not kinds:
             return entry, {}, plan
@@ -727,19 +727,25 @@ class jit(_Transform):
 __all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "FlowgradError"]
 
 
-def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None):
+def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None, allow_uncompute=False, plot=None):
     """Print and return the memory plan of ``grad(fn, wrt, memory_budget=..., strategy=...)(*args)``.
 
     The plan lists each loop tape (iterations, bytes per iteration, loop state) with the chosen
-    schedule (store all, periodic snapshots or binomial), its memory and extra FLOPs, and the
-    predicted peak against the budget.
+    schedule (store all, periodic snapshots or binomial), its memory and extra FLOPs, the
+    predicted peak against the budget, and then each value the backward sweep needs with its
+    size, the user's line, and how the plan gets it back (stored, recomputed, uncomputed, kept
+    alive, implicit). ``plot``: a file path; the predicted memory timeline of the plan is drawn
+    there (matplotlib), so the peak's place is seen.
 
     Example:
       >>> flowgrad.explain(heat, u, 0.1, 1000, wrt="kappa", memory_budget="4MiB")   # doctest: +SKIP
     """
     g = value_and_grad(fn, wrt=wrt, backend=backend, memory_budget=memory_budget,
-                       strategy=strategy or ("ilp" if memory_budget is not None else "store_all"))
+                       strategy=strategy or ("ilp" if memory_budget is not None else "store_all"),
+                       allow_uncompute=allow_uncompute)
     entry = g.compiled(args)
-    plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), g.memory_budget, g.strategy)
+    plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), g.memory_budget, g.strategy, g.backend)
+    if plot is not None:
+        plan.plot(plot)
     print(plan)
     return plan

@@ -7,6 +7,7 @@ import pytest
 import flowgrad
 from flowgrad.checkpoint import schedules as S
 from flowgrad.checkpoint.plan import parse_bytes, solve
+from flowgrad.checkpoint.timeline import ENTRY_BYTES, HELD, REVERSING, Point
 from oracle import check_grad
 
 MiB = 2 ** 20
@@ -14,11 +15,31 @@ MiB = 2 ** 20
 
 # ---------------------------------------------------------------- the published worked example
 
+def _one_point(groups, base=0):
+    """Groups of (memory, cost) options all held at one moment: the timeline of a single point."""
+    items = [(f"v{k}", [(m, m, c) for m, c in g]) for k, g in enumerate(groups)]
+    return items, [Point(base, {v: REVERSING for v, _ in items}, ("backward", None, "loop"), base)]
+
+
 def _worked_example(budget):
     """Three overwritten 50 MiB intermediates, recompute costs 13, 26 and 39 MFLOP: each is a
     group of two options, (memory, cost) for store and for recompute."""
-    groups = [[(50 * MiB, 0), (0, cost * 10**6)] for cost in (13, 26, 39)]
-    return solve(groups, budget, base=0)
+    items, points = _one_point([[(50 * MiB, 0), (0, cost * 10**6)] for cost in (13, 26, 39)])
+    return solve(items, budget, points)
+
+
+def test_the_constraint_holds_at_every_point_of_the_timeline():
+    """Loop a's tape is held while b runs (100 MiB live besides), b's only while it reverses:
+    at 160 MiB a must shrink (a: 50 held + b: 0 + 100 base at the first point), b need not."""
+    items = [("a", [(50 * MiB, 50 * MiB, 0), (5 * MiB, 5 * MiB, 7)]),
+             ("b", [(40 * MiB, 40 * MiB, 0), (4 * MiB, 4 * MiB, 9)])]
+    points = [Point(100 * MiB, {"a": HELD}, ("forward", None, "call"), 0),
+              Point(10 * MiB, {"a": HELD, "b": REVERSING}, ("backward", None, "loop"), 0),
+              Point(10 * MiB, {"a": REVERSING}, ("backward", None, "loop"), 0)]
+    assert solve(items, 160 * MiB, points) == [0, 0]
+    assert solve(items, 140 * MiB, points) == [1, 0]
+    with pytest.raises(flowgrad.FlowgradError, match=r"minimum this gradient needs: 105\.0 MiB"):
+        solve(items, 100 * MiB, points)
 
 
 def test_worked_example_budget_for_all_three_stores_all():
@@ -30,9 +51,9 @@ def test_worked_example_budget_for_two_recomputes_the_cheapest():
 
 
 def test_worked_example_infeasible_budget_names_the_minimum():
-    groups = [[(50 * MiB, 0), (10 * MiB, cost * 10**6)] for cost in (13, 26, 39)]
+    items, points = _one_point([[(50 * MiB, 0), (10 * MiB, cost * 10**6)] for cost in (13, 26, 39)])
     with pytest.raises(flowgrad.FlowgradError, match=r"minimum this gradient needs: 30\.0 MiB"):
-        solve(groups, 20 * MiB, base=0)
+        solve(items, 20 * MiB, points)
 
 
 def test_parse_bytes_units():
@@ -128,10 +149,17 @@ def _args(n=64, steps=40):
     return (0.5 + 0.3 * rng.standard_normal(n), 0.2, steps)
 
 
-@pytest.mark.parametrize("budget", [None, "27KiB", "20KiB"])
-def test_checkpointed_gradient_equals_store_all(budget, backend):
+def _budget_between(fn, args, wrt, backend, where):
+    """A budget ``where`` of the way from the smallest feasible peak up to the store-all peak."""
+    store = flowgrad.explain(fn, *args, wrt=wrt, backend=backend)
+    return int(store.min_peak + where * (store.store_all_peak - store.min_peak))
+
+
+@pytest.mark.parametrize("where", [None, 0.5, 0.01])
+def test_checkpointed_gradient_equals_store_all(where, backend):
     args = _args()
     ref = flowgrad.grad(nonlinear_steps, wrt=("u", "nu"), backend=backend)(*args)
+    budget = None if where is None else _budget_between(nonlinear_steps, args, ("u", "nu"), backend, where)
     g = flowgrad.grad(nonlinear_steps, wrt=("u", "nu"), backend=backend, memory_budget=budget)
     out = g(*args)
     np.testing.assert_allclose(out[0], ref[0], rtol=1e-13, atol=1e-15)
@@ -151,10 +179,11 @@ def time_dependent_steps_backwards(x, n):
     return np.sum(x * x)
 
 
-@pytest.mark.parametrize("budget", ["80KiB", "44KiB"])
-def test_checkpointed_reversed_range(budget, backend):
+@pytest.mark.parametrize("where", [0.5, 0.01])
+def test_checkpointed_reversed_range(where, backend):
     args = (np.linspace(0.0, 1.0, 300), 60)
     ref = flowgrad.grad(time_dependent_steps_backwards, wrt="x", backend=backend)(*args)
+    budget = _budget_between(time_dependent_steps_backwards, args, "x", backend, where)
     g = flowgrad.grad(time_dependent_steps_backwards, wrt="x", backend=backend, memory_budget=budget)
     np.testing.assert_allclose(g(*args), ref, rtol=1e-13, atol=1e-15)
     assert g.planned(args)[2].loops[0][1] != S.STORE_ALL
@@ -227,13 +256,15 @@ def backward_induction(v, p, steps):
 
 def test_a_loop_whose_tape_shrinks_is_planned(backend):
     rng = np.random.default_rng(5)
-    steps = 60
+    steps = 200         # a tape (160 KB) well above a schedule's own rows
     args = (rng.uniform(-1, 1, steps + 1), 0.3, steps)
     store = flowgrad.explain(backward_induction, *args, wrt=("v", "p"), backend=backend)
     cand = store.loops[0][0]
-    # the tape of v[:i + 1] holds i + 1 values: 8 * (1 + ... + steps) bytes in all, the largest 8 * steps
-    assert cand.trips * cand.iter_bytes == pytest.approx(8 * steps * (steps + 1) / 2, rel=0.05)
-    assert cand.most_bytes == 8 * steps
+    # the tape of v[:i + 1] holds i + 1 values: 8 * (1 + ... + steps) bytes in all, the largest
+    # 8 * steps, each entry with the backend's own bytes besides (a NumPy array object)
+    extra = ENTRY_BYTES[backend]
+    assert cand.trips * cand.iter_bytes == pytest.approx(8 * steps * (steps + 1) / 2 + steps * extra, rel=0.05)
+    assert cand.most_bytes == 8 * steps + extra
     budget = (store.store_all_peak + store.min_peak) // 2
     g = flowgrad.grad(backward_induction, wrt=("v", "p"), backend=backend, memory_budget=budget)
     plan = g.planned(args)[2]
@@ -311,3 +342,84 @@ def test_a_loop_the_planner_cannot_size_is_reported():
     with pytest.warns(RuntimeWarning, match="not counted in the predicted peak"):
         out = g(x)
     np.testing.assert_allclose(out, flowgrad.grad(data_dependent_steps, wrt="x")(x), rtol=1e-13)
+
+
+# ---------------------------------------------------------------- the allocation timeline
+
+
+def _measured_peak(g, args):
+    g(*args)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        g(*args)
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name,sizes", [("nonlinear_diffusion_2d", (120, 12)), ("burgers_1d", None),
+                                        ("vadv", None), ("adi", None)])
+def test_the_timeline_bounds_the_measured_peak_tightly(name, sizes):
+    """The predicted peak of the NumPy backend's store-all gradient is an upper bound on the
+    measured one, and not a loose one: the planner's floor rests on it."""
+    from benchmarks import kernels
+    mod = kernels.load(name)
+    args = mod.args("test")
+    if sizes:
+        n, steps = sizes
+        args = (np.random.default_rng(0).uniform(0, 0.5, (n, n)), 0.1, steps)
+    plan = flowgrad.explain(mod.kernel, *args, wrt=mod.WRT, backend="numpy")
+    peak = _measured_peak(flowgrad.grad(mod.kernel, wrt=mod.WRT, backend="numpy"), args)
+    assert peak <= plan.peak, (peak, plan.peak)
+    assert plan.peak <= 1.25 * peak + 64 * 1024, (peak, plan.peak)
+
+
+def temporaries(x):
+    a = np.sin(x) * 2.0               # used once, early: let go before the rest runs
+    s = np.sum(a * a)
+    b = np.cos(x) + 1.0
+    c = np.exp(b) * x
+    return s + np.sum(c)
+
+
+def test_numpy_backend_lets_arrays_go_after_their_last_use():
+    x = np.linspace(0.0, 1.0, 200_000)          # 1.5 MiB per array
+    g = flowgrad.grad(temporaries, backend="numpy")
+    peak = _measured_peak(g, (x,))
+    plan = flowgrad.explain(temporaries, x, backend="numpy")
+    assert peak <= plan.peak
+    # the forward keeps what the backward reads (b, for exp(b)'s adjoint: 1 array), the backward
+    # its adjoints and temporaries; far below every array of the program held at once (> 10)
+    assert peak < 8 * x.nbytes, peak / x.nbytes
+
+
+def test_explain_names_each_value_and_draws_the_timeline(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "plan.png"
+    args = _args(4096, 100)
+    store = flowgrad.explain(nonlinear_steps, *args, wrt="u", backend="numpy")
+    budget = (store.store_all_peak + store.min_peak) // 4
+    plan = flowgrad.explain(nonlinear_steps, *args, wrt="u", backend="numpy", memory_budget=budget, plot=str(path))
+    assert path.stat().st_size > 10_000
+    (value,) = [v for v in plan.values if v.what == "u"]
+    assert value.bytes == 4096 * 8 and "test_memory.py" in str(value.where)
+    assert "recomputed" in value.decision and "loop over t" in value.decision
+    store_value = [v for v in store.values if v.what == "u"][0]
+    assert store_value.decision.startswith("stored every iteration")
+    # the per-point constraint: every point of the chosen plan's timeline is within the budget
+    assert max(p.total(plan.memory) for p in plan.points) == plan.peak <= budget
+
+
+def leapfrog(q, p, steps):
+    for t in range(steps):
+        p -= 0.01 * np.sin(q)
+        q += 0.01 * p
+    return np.sum(q * q) + np.sum(p * p)
+
+
+def test_explain_reports_uncomputed_values():
+    args = (np.linspace(0, 1, 64), np.zeros(64), 10)
+    plan = flowgrad.explain(leapfrog, *args, wrt=("q", "p"), backend="numpy", allow_uncompute=True)
+    uncomputed = [v for v in plan.values if v.decision.startswith("uncomputed")]
+    assert {v.what.split("[")[0] for v in uncomputed} == {"q", "p"}

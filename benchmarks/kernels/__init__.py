@@ -13,7 +13,8 @@ NAMES = sorted([
     "crank_nicolson", "deriche", "doitgen", "durbin", "fdtd_2d", "floyd_warshall_soft", "gemm",
     "gemver", "gesummv", "gnn_scatter", "go_fast", "gramschmidt", "hdiff", "heat_1d_explicit",
     "heat_3d", "implicit_euler", "jacobi_1d", "jacobi_2d", "k2mm", "k3mm", "layernorm", "lenet",
-    "lif_neurons", "logsumexp", "lu", "ludcmp", "mlp", "mvt", "nbody", "piecewise_recurrence",
+    "lif_neurons", "logsumexp", "lu", "ludcmp", "mlp", "mvt", "nbody", "nonlinear_diffusion_2d",
+    "piecewise_recurrence",
     "resnet_block", "rk4_ode", "rnn", "seidel_2d", "softmax", "spmv_csr", "symm", "syr2k", "syrk",
     "trisolv", "trmm", "vadv", "while_solver",
 ])

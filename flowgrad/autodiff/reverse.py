@@ -744,6 +744,7 @@ class GradProgram:
         self.forward, self.backward = forward, backward
         self.grads, self.cotangent = grads, cotangent
         self.containers, self.tapes = containers, tapes
+        self.uncomputed = []             # (ref, user line) of each value its update run backwards restores
 
 
 def _record_conditions(stmts, namer, containers):
@@ -804,7 +805,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     needed = _needed_restores(prog, backward, replayed, b.counters.values(), inverses)
     first = _first_touch(prog)
 
-    tapes, pushes = {}, {}
+    tapes, pushes, uncomputed = {}, {}, []
     params = set(prog.params)        # hold values from before the program, whatever their kind
     # a gradient program's pops hand the memory its pushes kept back to the container, which later
     # writes then change in place: a tape of ours must not share that memory (reverse over reverse)
@@ -817,6 +818,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
         if c.kind == "transient" and c not in params and b.loop_depth[id(r)] == 0 and first.get(c) is r.stmt:
             return None
         if id(r) in inverses:           # the update run backwards: nothing kept
+            uncomputed.append((r.ref, getattr(r.stmt, "loc", None)))
             return inverses[id(r)]
         tape = tapes.get(c)
         if tape is None:
@@ -851,6 +853,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     gp = GradProgram(forward, backward, b.grads, cotangent, containers, tapes, list(b.counters.values()))
     gp.forward_containers = [c for c in prog.containers.values() if c.kind != "arg"] + \
         list(tapes.values()) + gp.counters
+    gp.uncomputed = uncomputed
     return gp
 
 

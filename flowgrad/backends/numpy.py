@@ -14,7 +14,7 @@ from ..autodiff.rules import CALLS
 from ..ir.elements import ELEMENTS
 from . import Located
 from ..ir.core import (Assign, Call, Const, Expr, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
-                       While, const_value, iter_reads)
+                       While, const_value, iter_reads, stmt_reads, stmt_writes, walk, child_blocks)
 
 _SCALAR_TYPE = {"f": "np.{}", "i": "int", "u": "int", "b": "bool"}
 
@@ -140,6 +140,17 @@ class Emitter(Located):
         for s in stmts:
             self.stmt(s, indent)
 
+    def sweep(self, stmts, indent, keep):
+        """A top-level statement list whose arrays are let go after their last use (``keep``:
+        containers used later or returned), so memory follows the program's live set."""
+        frees = last_uses(stmts, keep)
+        if not stmts:
+            self.line("pass", indent)
+        for i, s in enumerate(stmts):
+            self.stmt(s, indent)
+            if frees.get(i):
+                self.line(f"{' = '.join(frees[i])} = None", indent)
+
     def _stmt(self, s, ind):
         if isinstance(s, Assign):
             self.assign(s, ind)
@@ -218,21 +229,81 @@ def _same_shape(a, b):
     return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
 
 
-def _init_lines(containers, params):
-    """Initial bindings. An array whose shape is known at entry exists from the start, so that a
-    program may write it in parts before (or without) any whole write."""
+def _init_lines(containers, params, stmts):
+    """Initial bindings of the containers ``stmts`` use. An array whose shape is known at entry
+    and that the program may write in parts (or read before any write) exists from the start;
+    one only ever written whole is made by its first write."""
     params = set(params)
     lines = []
+    used, early = buffered(stmts)
     for c in sorted(containers, key=lambda c: c.name):
+        if c not in used:
+            continue
         if c.kind == "tape":
             lines.append(f"{c.name} = []")
         elif c.ndim == 0:
             lines.append(f"{c.name} = {_scalar_ctor(c.dtype)}(0)")
-        elif all(r.ref.container in params for d in c.shape for r in iter_reads(d)):
+        elif c in early and all(r.ref.container in params for d in c.shape for r in iter_reads(d)):
             lines.append(f"{c.name} = np.empty({shape_src(c.shape)}, dtype={dtype_src(c.dtype)})")
         else:
             lines.append(f"{c.name} = None")
     return lines
+
+
+def _refs(s):
+    """Containers a simple statement reads or writes (shapes of what it writes included)."""
+    out = {r.ref.container for r in stmt_reads(s)} | {w.container for w in stmt_writes(s)}
+    if isinstance(s, (Push, Pop)):
+        out.add(s.tape)
+    for c in list(out):
+        out.update(r.ref.container for d in c.shape for r in iter_reads(d))
+    return out
+
+
+def buffered(stmts):
+    """(containers used, arrays needing a buffer before their first write): those written in
+    part, accumulated into, updated in place by a call, or read before a whole write has made
+    them. A whole write makes its array for what follows in the same block (a loop body's for
+    that body only: the loop may not run)."""
+    used, buffered = set(), set()
+
+    def block(body, made):
+        made = set(made)
+        for s in body:
+            used.update(_refs(s))
+            for r in stmt_reads(s):
+                if r.ref.container not in made:
+                    buffered.add(r.ref.container)
+            for w in stmt_writes(s):
+                whole = w.is_whole() and not (isinstance(s, Assign) and s.accumulate) and \
+                    not (isinstance(s, Call) and CALLS[s.op].inplace)
+                if whole:
+                    made.add(w.container)
+                elif w.container not in made:
+                    buffered.add(w.container)
+            for inner in child_blocks(s):
+                block(inner, made)
+
+    block(stmts, set())
+    return used, buffered
+
+
+def last_uses(stmts, keep):
+    """Top-level statement index -> names of the arrays (not in ``keep``) it uses last."""
+    last = {}
+    for i, s in enumerate(stmts):
+        for t in walk([s]):
+            for c in _refs(t):
+                last[c] = i
+    out = {}
+    for c, i in last.items():
+        if c.ndim and c.kind != "tape" and c not in keep:
+            out.setdefault(i, []).append(c.name)
+    return {i: sorted(names) for i, names in out.items()}
+
+
+def _used(stmts):
+    return {c for s in walk(stmts) for c in _refs(s)}
 
 
 def _param_lines(params, written):
@@ -264,9 +335,9 @@ def emit_forward(prog) -> str:
     e.line(f"def {prog.name}({names}):", 0)
     for ln in _param_lines(prog.params, _written(prog.body)):
         e.line(ln, 1)
-    for ln in _init_lines([c for c in prog.containers.values() if c.kind != "arg"], prog.params):
+    for ln in _init_lines([c for c in prog.containers.values() if c.kind != "arg"], prog.params, prog.body):
         e.line(ln, 1)
-    e.block(prog.body, 1)
+    e.sweep(prog.body, 1, set(prog.results))
     first, rest = prog.results[0].name, [c.name for c in prog.results[1:]]
     e.line(f"return {first}" + (f", ({''.join(r + ', ' for r in rest)})" if rest else ""), 1)
     return e.source()
@@ -285,12 +356,13 @@ def emit_vjp(prog, gp, wrt) -> str:
     for ln in _param_lines(prog.params, _written(gp.forward + gp.backward)):
         e.line(ln, 1)
     fwd_containers = gp.forward_containers
-    for ln in _init_lines(fwd_containers, prog.params):
+    for ln in _init_lines(fwd_containers, prog.params, gp.forward + gp.backward):
         e.line(ln, 1)
-    e.block(gp.forward, 1)
+    e.sweep(gp.forward, 1, _used(gp.backward) | set(prog.results))
     e.line("", 1)
     e.line(f"def pullback({gp.cotangent.name}):", 1)
-    shared = [c.name for c in fwd_containers + list(prog.params)]
+    bound = _used(gp.forward + gp.backward)
+    shared = [c.name for c in fwd_containers if c in bound] + [c.name for c in prog.params]
     if shared:
         e.line(f"nonlocal {', '.join(sorted(set(shared)))}", 2)
     ct = gp.cotangent
@@ -299,9 +371,9 @@ def emit_vjp(prog, gp, wrt) -> str:
     else:
         e.line(f"{ct.name} = np.asarray({ct.name}, dtype={dtype_src(ct.dtype)})", 2)
     local = [c for c in gp.containers.values() if c not in fwd_containers and c.kind != "arg"]
-    for ln in _init_lines(local, prog.params):
+    for ln in _init_lines(local, prog.params, gp.backward):
         e.line(ln, 2)
-    e.block(gp.backward, 2)
+    e.sweep(gp.backward, 2, {gp.grads[w] for w in wrt if w in gp.grads})
     outs = []
     for w in wrt:
         g = gp.grads.get(w)

@@ -20,6 +20,8 @@ from ..errors import FlowgradError, InputError
 from ..ir.core import (Assign, Call, Const, For, If, Op, Read, While, iter_reads, stmt_reads,
                        stmt_writes, walk)
 from . import schedules as S
+from . import timeline as TL
+from .timeline import HELD, REVERSING
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -68,6 +70,26 @@ def evaluate(e, env):
             raise _Unknown(e.name)
         return fn(*args)
     raise _Unknown(repr(e))
+
+
+class Sizer:
+    """Sizes at one call: ``sizer(container)`` its bytes, ``sizer.dim(expr)`` an extent (None
+    where the arguments do not fix them)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __call__(self, c):
+        try:
+            return nbytes(c, self.env)
+        except _Unknown:
+            return None
+
+    def dim(self, d):
+        try:
+            return evaluate(d, self.env)
+        except _Unknown:
+            return None
 
 
 def nbytes(c, env):
@@ -125,6 +147,7 @@ class LoopCandidate:
         self.iter_bytes, self.state_bytes, self.iter_flops = iter_bytes, state_bytes, iter_flops
         self.most_bytes = iter_bytes if most_bytes is None else most_bytes   # the largest iteration's tape
         self.reason = reason
+        self.replay_bytes = 0    # arrays and temporaries replaying iterations adds while reversing
 
     @property
     def name(self):
@@ -141,12 +164,14 @@ class LoopCandidate:
         for k in ks:
             # the forward sweep takes every snapshot: the backward only records each segment again
             slots = S.periodic_slots(T, k)
-            sched = 2 * S.schedule_bytes(T, slots)       # built, then split (``split_forward``)
-            opts.append((S.PERIODIC, k, slots * Sb + min(k * most, T * B) + sched, slots * Sb, T * C))
-        for c in range(1, min(T, 40)):
+            sched = 3 * S.schedule_bytes(T, slots)       # built, then split (``split_forward``): copies
+            opts.append((S.PERIODIC, k, slots * Sb + min(k * most, T * B) + sched + self.replay_bytes, slots * Sb,
+                         T * C))
+        for c in range(0, min(T, 40)):
             adv = S.revolve_formula(T, c)
-            sched = 2 * S.schedule_bytes(T, c + 1)
-            opts.append((S.BINOMIAL, c, (c + 1) * Sb + most + sched, (c + 1) * Sb, (adv + T) * C))
+            sched = 3 * S.schedule_bytes(T, c + 1)
+            opts.append((S.BINOMIAL, c, (c + 1) * Sb + most + sched + self.replay_bytes, (c + 1) * Sb,
+                         (adv + T) * C))
             if S.binomial_slots(T, c) >= T:
                 break
         return opts
@@ -158,12 +183,14 @@ class Plan:
     def __init__(self):
         self.loops = []          # (LoopCandidate, kind, param, memory, flops)
         self.budget = None
-        self.base = 0
         self.peak = 0
         self.store_all_peak = 0
         self.min_peak = 0
         self.strategy = "store_all"
         self.notes = []
+        self.points = []         # the allocation timeline (``timeline.Point``)
+        self.memory = {}         # loop var -> (held, reversing) bytes of the chosen option
+        self.values = []         # ``Value`` per forward value the backward sweep needs
 
     def loop_plan(self, param_containers):
         """``build_reverse``'s loop_plan: loop var name -> (kind, parameter container)."""
@@ -175,6 +202,39 @@ class Plan:
 
     def key(self):
         return tuple((cand.loop.var.name, kind) for cand, kind, _, _, _ in self.loops)
+
+    def plot(self, path):
+        """Draw the predicted memory timeline of the plan into ``path`` (matplotlib): per step
+        of the forward and backward sweeps, the arrays and temporaries live there and each
+        loop's tape or snapshots, against the budget."""
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as exc:
+            raise FlowgradError("explain(..., plot=...) needs matplotlib: pip install matplotlib") from exc
+        mib = 2.0 ** 20
+        xs = np.arange(len(self.points))
+        layers = [("arrays and temporaries", [p.base / mib for p in self.points])]
+        for v, mem in self.memory.items():
+            layers.append((f"loop over {v}: tape / snapshots",
+                           [(mem[0] if p.phases.get(v) == HELD else mem[1] if p.phases.get(v) == REVERSING else 0)
+                            / mib for p in self.points]))
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.stackplot(xs, *[ys for _, ys in layers], labels=[name for name, _ in layers], step="mid", alpha=0.8)
+        if self.budget is not None:
+            ax.axhline(self.budget / mib, color="k", ls="--", lw=1, label=f"budget {fmt_bytes(self.budget)}")
+        split = sum(1 for p in self.points if p.what[0] == "forward")
+        ax.axvline(split - 0.5, color="grey", lw=0.8)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([(str(p.what[1]).rsplit("/", 1)[-1] if p.what[1] else p.what[2]) for p in self.points],
+                           rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("MiB")
+        ax.set_title(f"predicted memory: forward | backward (peak {fmt_bytes(self.peak)})")
+        ax.legend(fontsize=7, loc="upper left")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
 
     @property
     def extra_flops(self):
@@ -195,48 +255,73 @@ class Plan:
             lines.append(f"  {cand.name}: {cand.trips} iterations x {fmt_bytes(cand.iter_bytes)} tape, "
                          f"state {fmt_bytes(cand.state_bytes)} -> {what}: {fmt_bytes(mem)}, "
                          f"+{flops:.3g} FLOPs" + (f"  [{cand.reason}]" if cand.reason else ""))
+        if self.values:
+            lines.append("  values the backward sweep needs:")
+            lines.extend(f"    {v}" for v in self.values)
         for n in self.notes:
             lines.append(f"  note: {n}")
         return "\n".join(lines)
 
 
-def solve(items, budget, base):
+def solve(items, budget, points):
     """The 0/1 program shared by every planner.
 
-    ``items``: a list of groups; each group is a list of options ``(memory, cost)`` of which
-    exactly one is chosen. Minimise total cost subject to ``base + sum(memory) <= budget``.
-    Returns the chosen option index per group, or raises FlowgradError naming the minimum budget.
+    ``items``: per planned loop ``(var, options)``, each option ``(held, reversing, cost)``, of
+    which exactly one is chosen; ``points``: the timeline (``timeline.Point``). Minimise total
+    cost subject to the memory at every point staying within ``budget``. Returns the chosen
+    option index per loop, or raises FlowgradError naming the minimum budget.
     """
     from scipy.optimize import Bounds, LinearConstraint, milp
-    if not items:
-        if base > budget:
-            raise FlowgradError(_infeasible(budget, base))
-        return []
-    n = sum(len(g) for g in items)
-    cost, mem = np.zeros(n), np.zeros(n)
-    onehot = np.zeros((len(items), n))
-    k = 0
-    for gi, group in enumerate(items):
-        for m, c in group:
-            mem[k], cost[k] = m, c
-            onehot[gi, k] = 1
-            k += 1
-    minimum = base + sum(min(m for m, _ in g) for g in items)
+    rows = {}                         # one constraint per distinct set of loop phases: the largest base
+    for p in points:
+        key = tuple(sorted(p.phases.items()))
+        rows[key] = max(rows.get(key, 0), p.base)
+    minimum = _minimum(items, rows)
     if minimum > budget:
         raise FlowgradError(_infeasible(budget, minimum))
-    scale = max(1.0, float(np.max(mem)))
-    cons = [LinearConstraint(onehot, 1, 1), LinearConstraint(mem[None, :] / scale, -np.inf, (budget - base) / scale)]
-    tie = mem / scale * 1e-9 * max(1.0, float(np.max(cost)))
+    if not items:
+        return []
+    n = sum(len(opts) for _, opts in items)
+    cost = np.zeros(n)
+    onehot = np.zeros((len(items), n))
+    A = np.zeros((len(rows), n))
+    ub = np.zeros(len(rows))
+    k = 0
+    for gi, (var, opts) in enumerate(items):
+        for held, reversing, c in opts:
+            cost[k] = c
+            onehot[gi, k] = 1
+            for ri, (key, base) in enumerate(rows.items()):
+                phase = dict(key).get(var)
+                A[ri, k] = held if phase == HELD else reversing if phase == REVERSING else 0
+            k += 1
+    for ri, (key, base) in enumerate(rows.items()):
+        ub[ri] = budget - base
+    scale = max(1.0, float(np.max(np.abs(A))) if A.size else 1.0)
+    cons = [LinearConstraint(onehot, 1, 1), LinearConstraint(A / scale, -np.inf, ub / scale)]
+    tie = A.max(axis=0) / scale * 1e-9 * max(1.0, float(np.max(cost)))     # equal cost: less memory
     res = milp(cost + tie, constraints=cons, integrality=np.ones(n), bounds=Bounds(0, 1))
     if not res.success:
         raise FlowgradError(_infeasible(budget, minimum))
     x = np.round(res.x).astype(int)
     choice, k = [], 0
-    for group in items:
-        sel = [j for j in range(len(group)) if x[k + j]]
-        choice.append(sel[0])
-        k += len(group)
+    for _, opts in items:
+        choice.append(next(j for j in range(len(opts)) if x[k + j]))
+        k += len(opts)
     return choice
+
+
+def _minimum(items, rows):
+    """The smallest peak any choice reaches: each loop's smallest memory in each phase (the
+    smallest options hold and reverse in the least)."""
+    least = {var: (min(o[0] for o in opts), min(o[1] for o in opts)) for var, opts in items}
+    return max((base + sum(least[v][0 if ph == HELD else 1] for v, ph in key if v in least)
+                for key, base in rows.items()), default=0)
+
+
+def peak_of(points, memory):
+    """The largest memory on the timeline given ``memory``: loop var -> (held, reversing)."""
+    return max((p.total(memory) for p in points), default=0)
 
 
 def _infeasible(budget, minimum):
@@ -244,7 +329,7 @@ def _infeasible(budget, minimum):
             f"{fmt_bytes(minimum)} ({int(minimum)} bytes); raise the budget to at least that")
 
 
-def plan_program(prog, gp, env, budget, strategy):
+def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
     """Plan the loops of a captured program for one call (``env``: argument containers -> values)."""
     plan = Plan()
     plan.budget = budget
@@ -269,7 +354,8 @@ def plan_program(prog, gp, env, budget, strategy):
                 n = push.ref.container.dtype.itemsize
                 for d in push.ref.shape:
                     n *= evaluate(d, env)
-                total += n * _multiplicity(recorded, push, env)   # pushes live in the recorded loop
+                # pushes live in the recorded loop; each entry of a Python list tape is an array object too
+                total += (n + TL.ENTRY_BYTES[backend]) * _multiplicity(recorded, push, env)
             return total
 
         try:
@@ -291,22 +377,101 @@ def plan_program(prog, gp, env, budget, strategy):
         except _Unknown:
             flops = sum(stmt_flops(s, env) for s in loop.body)
         cands.append(LoopCandidate(loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
-    base = _base_bytes(gp, env, cands)
-    plan.base = base
-    groups = [[(o[2], o[4]) for o in c.options()] for c in cands]
-    plan.store_all_peak = base + sum(g[0][0] for g in groups)
-    plan.min_peak = base + sum(min(m for m, _ in g) for g in groups)
+    plan.points, replay = TL.build(gp, Sizer(env), {c.loop.var.name for c in cands}, backend)
+    for c in cands:
+        c.replay_bytes = replay.get(c.loop.var.name, 0)
+    items = [(c.loop.var.name, [(o[3], o[2], o[4]) for o in c.options()]) for c in cands]
+    plan.store_all_peak = peak_of(plan.points, {v: opts[0][:2] for v, opts in items})
+    rows = {}
+    for p in plan.points:
+        key = tuple(sorted(p.phases.items()))
+        rows[key] = max(rows.get(key, 0), p.base)
+    plan.min_peak = _minimum(items, rows)
     if strategy == "store_all":
         choice = [0] * len(cands)
     elif strategy == "recompute_all":
         choice = [_logarithmic(c) for c in cands]
     else:
-        choice = solve(groups, budget if budget is not None else float("inf"), base)
+        choice = solve(items, budget if budget is not None else float("inf"), plan.points)
     for cand, j in zip(cands, choice):
         kind, param, mem, _, flops = cand.options()[j]
         plan.loops.append((cand, kind, param, mem, flops))
-    plan.peak = base + sum(m for _, _, _, m, _ in plan.loops)
+    plan.memory = {v: opts[j][:2] for (v, opts), j in zip(items, choice)}
+    plan.peak = peak_of(plan.points, plan.memory)
+    plan.values = _values(prog, gp, Sizer(env), plan, pushes_by_var)
     return plan
+
+
+class Value:
+    """One forward value the backward sweep needs, and how the plan gets it back."""
+
+    __slots__ = ("what", "bytes", "where", "decision")
+
+    def __init__(self, what, nbytes, where, decision):
+        self.what, self.bytes, self.where, self.decision = what, nbytes, where, decision
+
+    def __str__(self):
+        return f"{self.what} ({fmt_bytes(self.bytes)}{', ' + str(self.where) if self.where else ''}): {self.decision}"
+
+
+def _values(prog, gp, size, plan, pushes_by_var):
+    """Per value: what the backward sweep needs, its size, the user's line, the decision."""
+    from ..ir.printer import ref_text
+    out = []
+    chosen = {cand.loop.var.name: (cand, kind, param) for cand, kind, param, _, _ in plan.loops}
+    in_loops = set()
+    for var, (recorded, pushes) in pushes_by_var.items():
+        cand, kind, param = chosen.get(var, (None, None, None))
+        for push in pushes:
+            in_loops.add(id(push))
+            try:
+                each = nbytes_of(push.ref, size) * _multiplicity(recorded, push, size.env)
+            except _Unknown:
+                each = 0
+            if cand is None:
+                how = "stored every iteration (loop not planned)"
+            elif kind == S.STORE_ALL:
+                how = f"stored every iteration of the loop over {var} ({cand.trips} x {fmt_bytes(each)})"
+            elif kind == S.PERIODIC:
+                how = f"recomputed: loop over {var} from periodic snapshots every {param} iterations"
+            else:
+                how = f"recomputed: loop over {var} from a binomial schedule with {param} snapshots"
+            out.append(Value(ref_text(push.ref), each, push.loc, how))
+    for s in walk(gp.forward):
+        if s.__class__.__name__ == "Push" and id(s) not in in_loops:
+            try:
+                b = nbytes_of(s.ref, size)
+            except _Unknown:
+                b = 0
+            out.append(Value(ref_text(s.ref), b, s.loc, "stored: one tape entry"))
+    for ref, loc in gp.uncomputed:
+        try:
+            b = nbytes_of(ref, size)
+        except _Unknown:
+            b = 0
+        out.append(Value(ref_text(ref), b, loc, "uncomputed: its update run backwards, nothing stored"))
+    used_back = {r.ref.container for t in walk(gp.backward) for r in stmt_reads(t)}
+    for c in gp.forward_containers:
+        if c.kind == "transient" and c.ndim and c in used_back and any(
+                c in {w.container for w in stmt_writes(t)} for t in walk(gp.forward)):
+            loc = next((getattr(t, "loc", None) for t in walk(gp.forward)
+                        if c in {w.container for w in stmt_writes(t)}), None)
+            out.append(Value(c.name, size(c) or 0, loc, "kept alive from the forward sweep to the backward"))
+    for s in walk(prog.body):
+        if isinstance(s, Call) and s.op == "fixed_point":
+            out.append(Value(", ".join(c.name for c in s.outputs), 0, s.loc,
+                             "implicit: the fixed point's adjoint is solved at convergence, no iteration kept"))
+    return out
+
+
+def nbytes_of(ref, size):
+    n = ref.container.dtype.itemsize
+    for d in ref.shape:
+        v = size.dim(d)
+        if v is None:
+            raise _Unknown(ref.container.name)
+        n *= v
+    return n
 
 
 def _unplanned(plan, loop, why):
@@ -400,30 +565,6 @@ def _multiplicity(loop, push, env):
                     return r
         return None
     return find(loop.body, 1) or 1
-
-
-def _base_bytes(gp, env, cands):
-    """Memory the plan does not change: arguments, transients, adjoints, and the temporaries
-    NumPy allocates while evaluating the largest expression (one per operation, conservatively)."""
-    total = 0
-    for c in gp.containers.values():
-        if c.kind == "tape" or c.ndim == 0:
-            continue
-        try:
-            total += nbytes(c, env)
-        except _Unknown:
-            pass
-    scratch = 0
-    for s in walk(gp.forward + gp.backward):
-        if isinstance(s, Assign) and s.dst.shape:
-            try:
-                n = s.dst.container.dtype.itemsize
-                for d in s.dst.shape:
-                    n *= evaluate(d, env)
-            except _Unknown:
-                continue
-            scratch = max(scratch, n * sum(1 for _ in _ops(s.expr)))
-    return total + scratch
 
 
 __all__ = ["parse_bytes", "plan_program", "solve", "Plan", "fmt_bytes", "iter_reads", "stmt_reads",
