@@ -348,15 +348,8 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
             continue
         recorded, pushes = pushes_by_var.get(loop.var.name, (loop, []))
 
-        def tape_bytes(env):
-            total = 0
-            for push in pushes:
-                n = push.ref.container.dtype.itemsize
-                for d in push.ref.shape:
-                    n *= evaluate(d, env)
-                # pushes live in the recorded loop; each entry of a Python list tape is an array object too
-                total += (n + TL.ENTRY_BYTES[backend]) * _multiplicity(recorded, push, env)
-            return total
+        def tape_bytes(env, recorded=recorded):
+            return _pushed_bytes(recorded.body, env, TL.ENTRY_BYTES[backend])
 
         try:
             iter_bytes, most_bytes = _over_iterations(loop, env, tape_bytes)
@@ -424,14 +417,15 @@ def _values(prog, gp, size, plan, pushes_by_var):
         cand, kind, param = chosen.get(var, (None, None, None))
         for push in pushes:
             in_loops.add(id(push))
-            try:
-                each = nbytes_of(push.ref, size) * _multiplicity(recorded, push, size.env)
+            try:       # per iteration of the loop; a slice whose size follows the loop: its largest
+                each = _over_iterations(recorded, size.env, lambda env, push=push: nbytes_of(
+                    push.ref, Sizer(env)) * _multiplicity(recorded, push, env))[1]
             except _Unknown:
                 each = 0
             if cand is None:
                 how = "stored every iteration (loop not planned)"
             elif kind == S.STORE_ALL:
-                how = f"stored every iteration of the loop over {var} ({cand.trips} x {fmt_bytes(each)})"
+                how = f"stored every iteration of the loop over {var} ({cand.trips} iterations, at most {fmt_bytes(each)} each)"
             elif kind == S.PERIODIC:
                 how = f"recomputed: loop over {var} from periodic snapshots every {param} iterations"
             else:
@@ -539,6 +533,30 @@ def _loop_tapes(forward):
         if isinstance(s, For):
             out[s.var.name] = (s, [t for t in walk(s.body) if t.__class__.__name__ == "Push"])
     return out
+
+
+def _pushed_bytes(stmts, env, entry_bytes):
+    """Bytes one run of ``stmts`` pushes on tapes: nested loops multiplied out (a trip count not
+    known counts once), a branch as its larger arm (an upper bound on every path); each entry
+    with ``entry_bytes`` besides its data (a Python list tape's array object)."""
+    total = 0
+    for s in stmts:
+        if s.__class__.__name__ == "Push":
+            n = s.ref.container.dtype.itemsize
+            for d in s.ref.shape:
+                n *= evaluate(d, env)
+            total += n + entry_bytes
+        elif isinstance(s, For):
+            try:
+                trips = len(range(evaluate(s.start, env), evaluate(s.stop, env), evaluate(s.step, env)))
+            except _Unknown:
+                trips = 1
+            total += trips * _pushed_bytes(s.body, env, entry_bytes)
+        elif isinstance(s, If):
+            total += max(_pushed_bytes(s.then, env, entry_bytes), _pushed_bytes(s.orelse, env, entry_bytes))
+        elif isinstance(s, While):
+            total += _pushed_bytes(s.body, env, entry_bytes)
+    return total
 
 
 def _multiplicity(loop, push, env):
