@@ -18,7 +18,7 @@ MiB = 2 ** 20
 def _one_point(groups, base=0):
     """Groups of (memory, cost) options all held at one moment: the timeline of a single point."""
     items = [(f"v{k}", [(m, m, c) for m, c in g]) for k, g in enumerate(groups)]
-    return items, [Point(base, {v: REVERSING for v, _ in items}, ("backward", None, "loop"), base)]
+    return items, [Point(base, {v: REVERSING for v, _ in items}, ("backward", None, "loop"))]
 
 
 def _worked_example(budget):
@@ -33,9 +33,9 @@ def test_the_constraint_holds_at_every_point_of_the_timeline():
     at 160 MiB a must shrink (a: 50 held + b: 0 + 100 base at the first point), b need not."""
     items = [("a", [(50 * MiB, 50 * MiB, 0), (5 * MiB, 5 * MiB, 7)]),
              ("b", [(40 * MiB, 40 * MiB, 0), (4 * MiB, 4 * MiB, 9)])]
-    points = [Point(100 * MiB, {"a": HELD}, ("forward", None, "call"), 0),
-              Point(10 * MiB, {"a": HELD, "b": REVERSING}, ("backward", None, "loop"), 0),
-              Point(10 * MiB, {"a": REVERSING}, ("backward", None, "loop"), 0)]
+    points = [Point(100 * MiB, {"a": HELD}, ("forward", None, "call")),
+              Point(10 * MiB, {"a": HELD, "b": REVERSING}, ("backward", None, "loop")),
+              Point(10 * MiB, {"a": REVERSING}, ("backward", None, "loop"))]
     assert solve(items, 160 * MiB, points) == [0, 0]
     assert solve(items, 140 * MiB, points) == [1, 0]
     with pytest.raises(flowgrad.FlowgradError, match=r"minimum this gradient needs: 105\.0 MiB"):

@@ -14,7 +14,8 @@ from ..autodiff.rules import CALLS
 from ..ir.elements import ELEMENTS
 from . import Located
 from ..ir.core import (Assign, Call, Const, Expr, For, If, Index, NewAxis, Op, Pop, Push, Read, Slice,
-                       While, const_value, iter_reads, stmt_reads, stmt_writes, walk, child_blocks)
+                       While, const_value, iter_reads, stmt_containers, stmt_reads, stmt_writes, walk,
+                       child_blocks)
 
 _SCALAR_TYPE = {"f": "np.{}", "i": "int", "u": "int", "b": "bool"}
 
@@ -250,16 +251,6 @@ def _init_lines(containers, params, stmts):
     return lines
 
 
-def _refs(s):
-    """Containers a simple statement reads or writes (shapes of what it writes included)."""
-    out = {r.ref.container for r in stmt_reads(s)} | {w.container for w in stmt_writes(s)}
-    if isinstance(s, (Push, Pop)):
-        out.add(s.tape)
-    for c in list(out):
-        out.update(r.ref.container for d in c.shape for r in iter_reads(d))
-    return out
-
-
 def buffered(stmts):
     """(containers used, arrays needing a buffer before their first write): those written in
     part, accumulated into, updated in place by a call, or read before a whole write has made
@@ -270,7 +261,7 @@ def buffered(stmts):
     def block(body, made):
         made = set(made)
         for s in body:
-            used.update(_refs(s))
+            used.update(stmt_containers(s))
             for r in stmt_reads(s):
                 if r.ref.container not in made:
                     buffered.add(r.ref.container)
@@ -293,7 +284,7 @@ def last_uses(stmts, keep):
     last = {}
     for i, s in enumerate(stmts):
         for t in walk([s]):
-            for c in _refs(t):
+            for c in stmt_containers(t):
                 last[c] = i
     out = {}
     for c, i in last.items():
@@ -303,7 +294,7 @@ def last_uses(stmts, keep):
 
 
 def _used(stmts):
-    return {c for s in walk(stmts) for c in _refs(s)}
+    return {c for s in walk(stmts) for c in stmt_containers(s)}
 
 
 def _param_lines(params, written):

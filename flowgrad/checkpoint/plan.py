@@ -1,12 +1,11 @@
 """Store or recompute: an integer linear program over the forward values the backward sweep needs.
 
-Candidates are (1) intermediates: arrays defined once by a top-level statement and read by the
-backward sweep, which can be kept alive (stored) or freed after their last forward use and
-recomputed just before the backward sweep first needs them; and (2) top-level ``for`` loops,
-whose per-iteration tapes can be stored for every iteration, or replaced by a periodic or a
-binomial checkpoint schedule. Memory is accounted on a timeline of the top-level statements of
-the forward and backward sweeps; SciPy's ``milp`` (HiGHS) minimises the recomputation FLOPs
-subject to the predicted peak staying under the budget at every point.
+Candidates are top-level ``for`` loops, whose per-iteration tapes can be stored for every
+iteration or replaced by a periodic or a binomial checkpoint schedule (an inner loop's tape is
+part of its top-level loop's). Memory is predicted on the allocation timeline of the forward
+and backward sweeps (``timeline``); SciPy's ``milp`` (HiGHS) minimises the recomputation FLOPs
+subject to the predicted memory staying under the budget at every point. ``Plan.values`` says,
+per value the backward sweep needs, how it comes back.
 """
 from __future__ import annotations
 
@@ -272,10 +271,7 @@ def solve(items, budget, points):
     option index per loop, or raises FlowgradError naming the minimum budget.
     """
     from scipy.optimize import Bounds, LinearConstraint, milp
-    rows = {}                         # one constraint per distinct set of loop phases: the largest base
-    for p in points:
-        key = tuple(sorted(p.phases.items()))
-        rows[key] = max(rows.get(key, 0), p.base)
+    rows = TL.rows(points)
     minimum = _minimum(items, rows)
     if minimum > budget:
         raise FlowgradError(_infeasible(budget, minimum))
@@ -375,11 +371,7 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
         c.replay_bytes = replay.get(c.loop.var.name, 0)
     items = [(c.loop.var.name, [(o[3], o[2], o[4]) for o in c.options()]) for c in cands]
     plan.store_all_peak = peak_of(plan.points, {v: opts[0][:2] for v, opts in items})
-    rows = {}
-    for p in plan.points:
-        key = tuple(sorted(p.phases.items()))
-        rows[key] = max(rows.get(key, 0), p.base)
-    plan.min_peak = _minimum(items, rows)
+    plan.min_peak = _minimum(items, TL.rows(plan.points))
     if strategy == "store_all":
         choice = [0] * len(cands)
     elif strategy == "recompute_all":
@@ -445,12 +437,13 @@ def _values(prog, gp, size, plan, pushes_by_var):
             b = 0
         out.append(Value(ref_text(ref), b, loc, "uncomputed: its update run backwards, nothing stored"))
     used_back = {r.ref.container for t in walk(gp.backward) for r in stmt_reads(t)}
+    made = {}                           # forward container -> the user's line first writing it
+    for t in walk(gp.forward):
+        for w in stmt_writes(t):
+            made.setdefault(w.container, getattr(t, "loc", None))
     for c in gp.forward_containers:
-        if c.kind == "transient" and c.ndim and c in used_back and any(
-                c in {w.container for w in stmt_writes(t)} for t in walk(gp.forward)):
-            loc = next((getattr(t, "loc", None) for t in walk(gp.forward)
-                        if c in {w.container for w in stmt_writes(t)}), None)
-            out.append(Value(c.name, size(c) or 0, loc, "kept alive from the forward sweep to the backward"))
+        if c.kind == "transient" and c.ndim and c in used_back and c in made:
+            out.append(Value(c.name, size(c) or 0, made[c], "kept alive from the forward sweep to the backward"))
     for s in walk(prog.body):
         if isinstance(s, Call) and s.op == "fixed_point":
             out.append(Value(", ".join(c.name for c in s.outputs), 0, s.loc,

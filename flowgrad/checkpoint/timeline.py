@@ -18,7 +18,8 @@ a loop body as its largest statement on top of everything the loop uses.
 """
 from __future__ import annotations
 
-from ..ir.core import Assign, Call, For, If, Op, Pop, Push, Read, While, child_blocks, stmt_reads, stmt_writes, walk
+from ..ir.core import (Assign, Call, For, If, Op, Push, Read, While, child_blocks, stmt_containers, stmt_reads,
+                       stmt_writes, walk)
 
 # NumPy reuses an operand's temporary for an operator's result from this size on
 # (``NPY_MIN_ELIDE_BYTES``); a smaller temporary is copied.
@@ -38,20 +39,15 @@ class Point:
     """One step of the timeline: ``base`` bytes, and per loop variable its phase (HELD or
     REVERSING) here; ``what``: the statement, for a reader (sweep, user line, kind)."""
 
-    __slots__ = ("base", "phases", "what", "live")
+    __slots__ = ("base", "phases", "what")
 
-    def __init__(self, base, phases, what, live):
-        self.base, self.phases, self.what, self.live = base, phases, what, live
+    def __init__(self, base, phases, what):
+        self.base, self.phases, self.what = base, phases, what
 
     def total(self, loop_memory):
         """Bytes here given ``loop_memory``: loop variable -> (held bytes, reversing bytes)."""
         return self.base + sum(loop_memory[v][0 if ph == HELD else 1] for v, ph in self.phases.items()
                                if v in loop_memory)
-
-
-def _refs(s):
-    out = {r.ref.container for r in stmt_reads(s)} | {w.container for w in stmt_writes(s)}
-    return out
 
 
 def build(gp, size, loops, backend="numpy"):
@@ -78,7 +74,7 @@ def build(gp, size, loops, backend="numpy"):
     first, last = {}, {}
     for i, s in enumerate(stmts):
         for t in walk([s]):
-            for c in _refs(t) | ({t.tape} if isinstance(t, (Push, Pop)) else set()):
+            for c in stmt_containers(t):
                 first.setdefault(c, i)
                 last[c] = i
     span = {}
@@ -114,7 +110,7 @@ def build(gp, size, loops, backend="numpy"):
             elif bi is not None and i == n_fwd + bi:
                 phases[v] = REVERSING
         sweep = "forward" if i < n_fwd else "backward"
-        points.append(Point(held + scratch + CALL_BYTES, phases, (sweep, getattr(s, "loc", None), _kind(s)), held))
+        points.append(Point(held + scratch + CALL_BYTES, phases, (sweep, getattr(s, "loc", None), _kind(s))))
     return points, _recompute_bytes(fwd, n_fwd, positions, span, size, native)
 
 
@@ -236,4 +232,15 @@ def _expr(e, size):
     return max(peak, held + res), res
 
 
-__all__ = ["Point", "build", "HELD", "REVERSING"]
+
+
+def rows(points):
+    """One constraint per distinct set of loop phases: phases -> the largest base with them."""
+    out = {}
+    for p in points:
+        key = tuple(sorted(p.phases.items()))
+        out[key] = max(out.get(key, 0), p.base)
+    return out
+
+
+__all__ = ["Point", "build", "rows", "HELD", "REVERSING"]

@@ -815,6 +815,17 @@ def stmt_reads(s):
     return out
 
 
+def stmt_containers(s):
+    """Containers a simple statement reads or writes: tapes it pushes or pops, and the
+    containers the shapes of what it touches read."""
+    out = {r.ref.container for r in stmt_reads(s)} | {w.container for w in stmt_writes(s)}
+    if isinstance(s, (Push, Pop)):
+        out.add(s.tape)
+    for c in list(out):
+        out.update(r.ref.container for d in c.shape for r in iter_reads(d))
+    return out
+
+
 def reads_besides_sum(s):
     """``stmt_reads(s)`` without the read of its own destination that a sum ``x += e`` makes."""
     reads = stmt_reads(s)
