@@ -4,7 +4,7 @@
 
 A nonlinear elliptic problem, ``-eps u'' + u + c tanh(u) = f`` on a 1-D grid with zero boundary
 values, solved by Picard (Jacobi) iteration to a tolerance: ``flowgrad.fixed_point`` (the gradient
-solves the adjoint system by the same kind of iteration, with a vjp of one step each) against the
+solves the adjoint system by BiCGSTAB, with vjps of one step) against the
 same iteration written as a ``while`` loop and differentiated through (every iterate kept). The
 gradient of ``sum(u**2)`` in the forcing ``f`` and in ``c``, at two tolerances (so two iteration
 counts): the time of one gradient (both backends), the peak memory of the call (numpy backend,

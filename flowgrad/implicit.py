@@ -7,12 +7,14 @@ point ``x* = step(x*, p)`` the implicit function theorem gives the derivative wi
 function flowgrad captures, the call becomes one operation, ``Call("fixed_point")``, with rules of
 its own:
 
-- adjoint: ``lam = g + J_x^T lam`` iterated from ``lam = g`` (``g``: the adjoint of ``x*``) to
-  convergence with the gradient program of one step (a vjp), then ``p``'s adjoint ``J_p^T lam``;
-- tangent: ``t = J_x t + J_p dp`` iterated from ``t = 0`` with the tangent program of one step.
+- adjoint: ``(I - J_x^T) lam = g`` (``g``: the adjoint of ``x*``) solved by BiCGSTAB from
+  ``lam = g``, each product by ``J_x^T`` a vjp of one step (the gradient program of one step in
+  ``x``), then ``p``'s adjoint ``J_p^T lam``;
+- tangent: ``(I - J_x) t = J_p dp`` solved the same way with the tangent program of one step.
 
-Memory does not grow with the iteration count, and neither does the adjoint's cost (it takes its
-own number of iterations, about as many as the forward, each a vjp of one step). ``x0`` gets no
+Memory does not grow with the iteration count, and neither does the adjoint's cost: a Krylov
+method needs far fewer products than the forward needs steps (the iteration ``lam = g + J_x^T
+lam`` would take as many; complex states still use it). ``x0`` gets no
 derivative: the fixed point does not depend on where the iteration started. After
 differentiation the call is replaced by the iteration itself (``CallRule.expand``). Both
 iterations converge where the forward one does (the spectral radius of ``J_x`` below one).
@@ -26,7 +28,7 @@ from .autodiff.forward import build_tangent
 from .autodiff.reverse import build_reverse
 from .autodiff.rules import CallRule
 from .errors import InputError, unsupported
-from .ir.core import (BOOL, F64, I64, Assign, Call, Const, Expr, Pop, Program, Push, Read, Ref, While, distinct, op,
+from .ir.core import (BOOL, F64, I64, Assign, Call, Const, Expr, If, Pop, Program, Push, Read, Ref, While, distinct, op,
                       scalar, stmt_reads, walk)
 
 
@@ -36,8 +38,8 @@ def fixed_point(step, x0, *params, tol=1e-10, max_iter=1000):
 
     In plain Python this is the loop itself. In a function flowgrad differentiates, the result's
     derivative is taken implicitly, at the fixed point (see ``flowgrad.implicit``): the gradient
-    solves ``(I - d step/dx)^T lam = g`` by the same kind of iteration, with vector-Jacobian
-    products of one step, so memory does not grow with the number of iterations.
+    solves ``(I - d step/dx)^T lam = g`` by BiCGSTAB, with vector-Jacobian products of one step, so
+    memory does not grow with the number of iterations.
 
     Args:
       step: a function ``step(x, *params)`` returning the next iterate, of ``x``'s shape.
@@ -150,6 +152,57 @@ def _loop(state, start, body, new, tol, max_iter, temp, scale=None):
                   While(scalar(go), step)]
 
 
+def _bicgstab(b, x, matvec, tol, max_iter, temp):
+    """Statements solving ``M x = b`` by BiCGSTAB (van der Vorst), from ``x``'s value, to a
+    residual of at most ``tol * (1 + max |b|)`` or ``max_iter`` iterations; ``matvec(src, dst)``:
+    statements ``dst = M src``. Two products by ``M`` an iteration, seven vectors whatever the
+    count; where the method breaks down (a zero inner product) it restarts from the residual."""
+    shape, dt = b.shape, b.dtype
+    r, rhat, p, v, s_, t = (temp(shape, dt, n) for n in ("kr", "krhat", "kp", "kv", "ks", "kt"))
+    rho, rho_new, alpha, omega, beta, tt, k, go = (
+        temp((), F64 if n not in ("kiters", "kgo") else (I64 if n == "kiters" else BOOL), n)
+        for n in ("krho", "krho_new", "kalpha", "komega", "kbeta", "ktt", "kiters", "kgo"))
+    R = lambda c: Read(Ref(c))                                  # noqa: E731
+    S = lambda c: scalar(c)                                     # noqa: E731
+
+    def set_(c, e):
+        return Assign(Ref(c, ()) if not c.shape else Ref(c), e)
+
+    def dot(a, b_, out):
+        prod = op("multiply", R(a), R(b_))
+        if not prod.shape:
+            return [set_(out, prod)]
+        return [Call("sum", [prod], [out], {"axis": None, "keepdims": False})]
+
+    def safe(e):
+        return op("where", op("equal", e, Const(0.0)), Const(1.0), e)
+
+    top, size = _distance(R(b), Const(0.0), temp)
+    bound = op("multiply", tol, op("add", Const(1.0), size))
+    res, err = _distance(R(r), Const(0.0), temp)
+    restart = [set_(rhat, R(r)), set_(p, Const(0.0)), set_(v, Const(0.0)),
+               set_(rho, Const(1.0)), set_(alpha, Const(1.0)), set_(omega, Const(1.0))]
+    init = top + matvec(x, v) + [set_(r, op("subtract", R(b), R(v)))] + restart + res + [
+        set_(k, Const(0)), set_(go, op("greater", err, bound))]
+    body = dot(rhat, r, rho_new) + [
+        set_(beta, op("multiply", op("divide", S(rho_new), safe(S(rho))),
+                      op("divide", S(alpha), safe(S(omega))))),
+        set_(p, op("add", R(r), op("multiply", S(beta), op("subtract", R(p), op("multiply", S(omega), R(v))))))]
+    body += matvec(p, v) + dot(rhat, v, tt) + [
+        set_(alpha, op("divide", S(rho_new), safe(S(tt)))),
+        set_(s_, op("subtract", R(r), op("multiply", S(alpha), R(v))))]
+    body += matvec(s_, t) + dot(t, t, tt) + dot(t, s_, omega) + [
+        set_(omega, op("where", op("greater", S(tt), Const(0.0)),
+                       op("divide", S(omega), safe(S(tt))), Const(0.0))),
+        set_(x, op("add", R(x), op("add", op("multiply", S(alpha), R(p)), op("multiply", S(omega), R(s_))))),
+        set_(r, op("subtract", R(s_), op("multiply", S(omega), R(t)))),
+        set_(rho, S(rho_new)),
+        set_(k, op("add", S(k), Const(1)))] + res + [
+        If(op("logical_or", op("equal", S(omega), Const(0.0)), op("equal", S(rho_new), Const(0.0))), restart),
+        set_(go, op("logical_and", op("greater", err, bound), op("less", S(k), max_iter)))]
+    return init + [While(S(go), body)]
+
+
 def _iteration(fe, step, xs, x0c, values, tol, max_iter, loc, temp):
     """The forward iteration: statements leaving the fixed point in ``xs``."""
     def body():
@@ -198,10 +251,20 @@ def _vjp_fixed_point(ctx, call, gouts):
         runs.append((gp.forward if once else [],
                      [Assign(Ref(gp.cotangent), Read(Ref(lam)))] + ([] if once else gp.forward) + gp.backward))
     jx = in_x.grads.get(wx)
-    new = op("add", Read(Ref(g)), Read(Ref(jx))) if jx is not None else Read(Ref(g))
-    stmts = _setup(call) + runs[0][0] + \
-        _loop(lam, Read(Ref(g)), runs[0][1], new, call.attrs["tol"], call.attrs["max_iter"], ctx.temp,
-              scale=Read(Ref(g))) + runs[1][0] + runs[1][1]
+    if jx is None:                              # the step does not read x: lam = g
+        solve = [Assign(Ref(lam), Read(Ref(g)))]
+    elif g.dtype.kind == "c":                   # lam = g + J_x^T lam, iterated
+        solve = _loop(lam, Read(Ref(g)), runs[0][1], op("add", Read(Ref(g)), Read(Ref(jx))),
+                      call.attrs["tol"], call.attrs["max_iter"], ctx.temp, scale=Read(Ref(g)))
+    else:                                       # (I - J_x^T) lam = g, by BiCGSTAB from lam = g
+        def matvec(src, dst):
+            return [Assign(Ref(lam), Read(Ref(src)))] + runs[0][1] + \
+                [Assign(Ref(dst), op("subtract", Read(Ref(src)), Read(Ref(jx))))]
+        sol = ctx.temp(g.shape, g.dtype, "ksol")
+        solve = [Assign(Ref(sol), Read(Ref(g)))] + \
+            _bicgstab(g, sol, matvec, call.attrs["tol"], call.attrs["max_iter"], ctx.temp) + \
+            [Assign(Ref(lam), Read(Ref(sol)))]
+    stmts = _setup(call) + runs[0][0] + solve + runs[1][0] + runs[1][1]
     sources = dict(zip(params[1:], call.inputs[1:]))
     for c in wrt[1:] if wrt and wrt[0] is wx else wrt:
         gc = in_all.grads.get(c)
@@ -235,9 +298,16 @@ def _jvp_fixed_point(ctx, call, touts):
     first = ctx.temp(t_out.shape, t_out.dtype, "tfirst")
     once = ([Assign(Ref(x_seed), Const(0.0))] if x_seed is not None else []) + tp.body + \
         [Assign(Ref(first), Read(Ref(tp.results[1])))]
-    stmts = _setup(call) + fixed + once + _loop(t, Read(Ref(first)), run, Read(Ref(t_result)),
-                                                call.attrs["tol"], call.attrs["max_iter"], ctx.temp,
-                                                scale=Read(Ref(first)))
+    if x_seed is None or t_out.dtype.kind == "c":       # t = J_x t + J_p dp, iterated
+        solve = _loop(t, Read(Ref(first)), run, Read(Ref(t_result)), call.attrs["tol"], call.attrs["max_iter"],
+                      ctx.temp, scale=Read(Ref(first)))
+    else:                                                # (I - J_x) t = J_p dp, by BiCGSTAB from t = J_p dp
+        def matvec(src, dst):                            # one tangent step gives J_x src + J_p dp
+            return [Assign(Ref(x_seed), Read(Ref(src)))] + tp.body + [Assign(Ref(dst), op(
+                "add", op("subtract", Read(Ref(src)), Read(Ref(t_result))), Read(Ref(first))))]
+        solve = [Assign(Ref(t), Read(Ref(first)))] + \
+            _bicgstab(first, t, matvec, call.attrs["tol"], call.attrs["max_iter"], ctx.temp)
+    stmts = _setup(call) + fixed + once + solve
     return distinct(stmts + [Assign(Ref(t_out), Read(Ref(t)))])
 
 

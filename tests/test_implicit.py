@@ -128,3 +128,31 @@ def test_against_jax_implicit_function_theorem():
     dxdb = np.linalg.solve(np.eye(6) - jx, jb)
     expected = (2 * x + a) @ dxdb
     np.testing.assert_allclose(flowgrad.grad(implicit_loss, backend="numpy")(b, a), expected, rtol=1e-10)
+
+
+def _slow_rotation(n=6, rate=0.999, seed=4):
+    """A linear step whose Jacobian is a rotation scaled by ``rate``: not symmetric, and the
+    iteration contracts by only 0.1% a step (some 25,000 steps to 1e-11)."""
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    return rate * q
+
+
+def test_a_slowly_contracting_nonsymmetric_fixed_point(backend):
+    """The adjoint and the tangent are solved by a Krylov method: exact against the linear solve
+    ``x* = (I - M)^-1 b``, whose gradient of ``w . x*`` is ``(I - M)^-T w``."""
+    M = _slow_rotation()
+    w = np.linspace(-1.0, 1.0, M.shape[0])
+
+    def loss(b):
+        x = flowgrad.fixed_point(lambda x, b: M @ x + b, np.zeros_like(b), b, tol=1e-11, max_iter=100_000)
+        return np.sum(w * x)
+
+    b = np.cos(np.arange(M.shape[0]))
+    eye = np.eye(M.shape[0])
+    want = np.linalg.solve((eye - M).T, w)
+    got = flowgrad.grad(loss, backend=backend)(b)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
+    d = np.sin(np.arange(M.shape[0]) + 1.0)
+    _, tangent = flowgrad.jvp(loss, (b,), (d,), backend=backend)
+    np.testing.assert_allclose(tangent, w @ np.linalg.solve(eye - M, d), rtol=1e-7)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from ..ir.core import (Assign, Call, For, If, Op, Push, Read, While, child_blocks, stmt_containers, stmt_reads,
                        stmt_writes, walk)
+from ..ir.elements import INFIX
 
 # NumPy reuses an operand's temporary for an operator's result from this size on
 # (``NPY_MIN_ELIDE_BYTES``); a smaller temporary is copied.
 _ELIDE_BYTES = 256 * 1024
-_INFIX = {"add", "subtract", "multiply", "true_divide", "divide", "floor_divide", "power", "mod",
-          "negative"}
+_OPERATORS = set(INFIX) | {"negative"}      # written as Python operators, which NumPy may elide
 
 HELD, REVERSING = "held", "reversing"
 
@@ -227,7 +227,7 @@ def _expr(e, size):
         held += r
         results.append(r)
     res = _shape_bytes(e, size) if e.shape else 0
-    if e.name in _INFIX and res >= _ELIDE_BYTES and res in results:
+    if e.name in _OPERATORS and res >= _ELIDE_BYTES and res in results:
         return max(peak, held), res          # NumPy computes into the operand's temporary
     return max(peak, held + res), res
 
