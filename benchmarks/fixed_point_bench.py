@@ -6,7 +6,8 @@ A nonlinear elliptic problem, ``-eps u'' + u + c tanh(u) = f`` on a 1-D grid wit
 values, solved by Picard (Jacobi) iteration to a tolerance: ``flowgrad.fixed_point`` (the gradient
 solves the adjoint system by BiCGSTAB, with vjps of one step) against the
 same iteration written as a ``while`` loop and differentiated through (every iterate kept). The
-gradient of ``sum(u**2)`` in the forcing ``f`` and in ``c``, at two tolerances (so two iteration
+gradient of ``sum(u**2)`` in the forcing ``f`` and in ``c``, also of the unmodified ``while`` loop
+under ``grad(..., implicit_while=True)``, at two tolerances (so two iteration
 counts): the time of one gradient (both backends), the peak memory of the call (numpy backend,
 NumPy's allocations traced by ``tracemalloc``), and the largest difference between the two
 gradients relative to the largest entry. Writes ``fixed_point_results.md`` into ``--out``.
@@ -75,28 +76,32 @@ def main(argv=None):
              f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, NumPy "
              f"{np.__version__}; one thread; medians of {opts.repeat} calls. "
              "`python -m benchmarks.fixed_point_bench`.", "",
-             "| tolerance | iterations | backend | implicit (s) | through the loop (s) | time ratio | "
-             "implicit peak memory | through-the-loop peak memory | gradients apart (relative) |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "Three gradients of the same problem: `fixed_point` (the step given to `flowgrad.fixed_point`), "
+             "`implicit_while` (the unmodified `while` loop under `grad(..., implicit_while=True)`), and "
+             "`through` (the `while` loop differentiated through, every iterate kept).", "",
+             "| tolerance | iterations | backend | fixed_point (s) | implicit_while (s) | through (s) | "
+             "fixed_point / through | implicit_while / through | peak memory: fixed_point, implicit_while, through | "
+             "apart from through (relative): fixed_point, implicit_while |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for tol in (1e-8, 1e-12):
         k = iterations(f, c, tol)
         for backend in ("numpy", "native"):
-            gi = flowgrad.grad(implicit, wrt=(0, 1), backend=backend)
-            gt = flowgrad.grad(through, wrt=(0, 1), backend=backend)
+            grads = [flowgrad.grad(implicit, wrt=(0, 1), backend=backend),
+                     flowgrad.grad(through, wrt=(0, 1), backend=backend, implicit_while=True),
+                     flowgrad.grad(through, wrt=(0, 1), backend=backend)]
             args = (f, c, tol)
-            a, b = gi(*args), gt(*args)
-            apart = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))) / np.max(np.abs(np.asarray(y))))
-                        for x, y in zip(a, b))
+            values = [g(*args) for g in grads]
+            apart = [max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))) / np.max(np.abs(np.asarray(y))))
+                         for x, y in zip(v, values[2])) for v in values[:2]]
             timer = Timer(0, repeat=opts.repeat)
-            ti, tt = (timer.run(g, lambda: args)[0]["median_s"] for g in (gi, gt))
-            pi = pt = None
-            if backend == "numpy":
-                pi, pt = peak_memory(gi, lambda: args), peak_memory(gt, lambda: args)
-            lines.append(f"| {tol:g} | {k} | {backend} | {ti:.4f} | {tt:.4f} | {ti / tt:.2f} | "
-                         f"{fmt_bytes(pi) if pi else '-'} | {fmt_bytes(pt) if pt else '-'} | {apart:.1e} |")
-    lines += ["", "Time ratio: implicit / through the loop (below 1: the implicit gradient is faster). The "
-              "implicit gradient's memory does not grow with the iteration count; differentiating through "
-              "the loop keeps every iterate."]
+            times = [timer.run(g, lambda: args)[0]["median_s"] for g in grads]
+            peaks = ", ".join(fmt_bytes(peak_memory(g, lambda: args)) for g in grads) if backend == "numpy" else "-"
+            lines.append(f"| {tol:g} | {k} | {backend} | {times[0]:.4f} | {times[1]:.4f} | {times[2]:.4f} | "
+                         f"{times[0] / times[2]:.2f} | {times[1] / times[2]:.2f} | {peaks} | "
+                         f"{apart[0]:.1e}, {apart[1]:.1e} |")
+    lines += ["", "Time ratios against differentiating through the loop (below 1: the implicit gradient is "
+              "faster). The implicit gradients' memory does not grow with the iteration count; differentiating "
+              "through the loop keeps every iterate."]
     text = "\n".join(lines) + "\n"
     print(text)
     if opts.out:

@@ -21,6 +21,7 @@ from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError, UnsupportedError
 from .frontends.python import capture
+from .implicit import implicit_whiles
 from .ir.core import I64, Assign, Const, Container, Program, Ref
 from .ir.printer import block_lines, program_text
 from .ir.verify import verify
@@ -104,7 +105,7 @@ def _gradient_program(prog, wrt, namer):
 class _Compiled:
     """One captured and compiled specialisation."""
 
-    def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None, uncompute=False):
+    def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None, uncompute=False, implicit_while=False):
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else \
             capture(fn, args, object_args=wrt_spec)
         self.layout = cap.result_layout
@@ -125,6 +126,8 @@ class _Compiled:
             self.prog.params.append(c)
             self.prog.containers[c.name] = c
         loop_plan = {var: (kind, self.ckpt_params[var]) for var, kind in (loop_kinds or {}).items()}
+        if implicit_while and mode != "forward":
+            self.prog.body = implicit_whiles(self.prog, cap.namer)
         verify(self.prog.body, self.prog.containers)
         self.result = cap.result
         self.mode = mode
@@ -258,7 +261,8 @@ class _Transform:
         """A call of this transform inside captured code, lowered there (``api_nested``)."""
         return api_nested.Nested(self._nested_kind, self.fn, self.wrt_given)._flowgrad_inline(fe, args, kwargs, loc)
 
-    def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None, allow_uncompute=False):
+    def __init__(self, fn, wrt, backend, mode, memory_budget=None, strategy=None, allow_uncompute=False,
+                 implicit_while=False):
         if getattr(fn, "_nested_kind", None) == "jit":
             fn = fn.fn                  # a transform of jit(f) is that of f
         if getattr(fn, "_flowgrad_transform", False) and not hasattr(fn, "_flowgrad_capture"):
@@ -269,6 +273,7 @@ class _Transform:
                                    "flowgrad.hvp")
         self.memory_budget = parse_bytes(memory_budget)
         self.allow_uncompute = bool(allow_uncompute)
+        self.implicit_while = bool(implicit_while)
         if strategy is None:
             strategy = "store_all" if self.memory_budget is None else "ilp"
         if strategy not in ("store_all", "recompute_all", "ilp"):
@@ -292,7 +297,7 @@ class _Transform:
         # pickled (to another process, a Dask worker): the function and the options, not what was
         # compiled here; the shared on-disk cache serves the native code there
         return _restore_transform, (type(self), self.fn, self.wrt_given, self.backend, self.mode, self.memory_budget,
-                                    self.strategy, self.allow_uncompute)
+                                    self.strategy, self.allow_uncompute, self.implicit_while)
 
     def bind(self, args):
         """The call's arguments by name, defaults applied."""
@@ -359,7 +364,7 @@ class _Transform:
         variant = self.cache.get(key)
         if variant is None:
             variant = _Compiled(self.fn, args, self.wrt_names(args)[0], self.backend, self.mode, kinds,
-                                self.allow_uncompute)
+                                self.allow_uncompute, self.implicit_while)
             self.cache[key] = variant
         return variant, plan.params(), plan
 
@@ -380,7 +385,7 @@ class _Transform:
             entry = None
         if entry is None:
             entry = _Compiled(self.fn, args, key[1] if self.mode != "forward" else (), self.backend, self.mode,
-                              uncompute=self.allow_uncompute)
+                              uncompute=self.allow_uncompute, implicit_while=self.implicit_while)
             self.cache[key] = entry
             if os.environ.get("FLOWGRAD_DUMP"):
                 print(entry.ir_text())
@@ -414,10 +419,10 @@ _EXPECTED = ("expected a float array, a float, or a tuple, list, dict, NamedTupl
              "them")
 
 
-def _restore_transform(cls, fn, wrt, backend, mode, memory_budget, strategy, allow_uncompute):
+def _restore_transform(cls, fn, wrt, backend, mode, memory_budget, strategy, allow_uncompute, implicit_while=False):
     """A transform unpickled: ``cls`` of ``fn`` with those options, nothing compiled yet."""
     t = object.__new__(cls)
-    _Transform.__init__(t, fn, wrt, backend, mode, memory_budget, strategy, allow_uncompute)
+    _Transform.__init__(t, fn, wrt, backend, mode, memory_budget, strategy, allow_uncompute, implicit_while)
     return t
 
 
@@ -555,8 +560,10 @@ class value_and_grad(_Transform):
     _nested_kind = "value_and_grad"
     _flowgrad_nested = staticmethod(api_nested.nested_transform("value_and_grad"))
 
-    def __init__(self, fn, wrt=0, backend=None, memory_budget=None, strategy=None, allow_uncompute=False):
-        super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse", memory_budget, strategy, allow_uncompute)
+    def __init__(self, fn, wrt=0, backend=None, memory_budget=None, strategy=None, allow_uncompute=False,
+                 implicit_while=False):
+        super().__init__(fn, wrt, backend or DEFAULT_BACKEND, "reverse", memory_budget, strategy, allow_uncompute,
+                         implicit_while)
 
     def __call__(self, *args):
         arguments = self.bind(args)
@@ -584,6 +591,11 @@ class grad(value_and_grad):
         not reading ``x``, ``x[S] *= c`` by a nonzero constant) by running the update backwards
         in the backward sweep instead of keeping it on a tape. Off by default: the restored value
         differs from the original by the rounding of the update (see the README).
+      implicit_while: differentiate each top-level ``while`` loop that iterates one float state
+        until successive iterates agree implicitly, at its fixed point, as ``flowgrad.fixed_point``
+        does: memory independent of the iteration count, the derivative exact where the loop
+        converged (see ``flowgrad.implicit.implicit_whiles`` for which loops qualify; others are
+        differentiated through).
 
     Returns:
       ``g(*args)``: the gradient w.r.t. ``wrt`` at ``args`` (one array, or a tuple).
@@ -626,7 +638,7 @@ class grad(value_and_grad):
         return cap
 
 
-def vjp(fn, *args, wrt=None, backend=None):
+def vjp(fn, *args, wrt=None, backend=None, implicit_while=False):
     """Run ``fn(*args)`` and return ``(result, pullback)``.
 
     Args:
@@ -635,6 +647,7 @@ def vjp(fn, *args, wrt=None, backend=None):
       *args: the arguments (arrays, numbers, or pytrees of them).
       wrt: names or positions to differentiate (default: every argument that is, or holds, a
         float array or a float).
+      implicit_while: as for ``grad``.
 
     Returns:
       ``(result, pullback)``; ``pullback(cotangent)`` (a cotangent of the result's structure)
@@ -656,7 +669,7 @@ def vjp(fn, *args, wrt=None, backend=None):
                     if _is_float_leaf(v) or pytree.is_node(v) and any(_is_float_leaf(x) for x in pytree.flatten(v)[0]))
     elif not isinstance(wrt, (tuple, list)):
         wrt = (wrt,)
-    t = _Transform(fn, tuple(wrt), backend or DEFAULT_BACKEND, "reverse")
+    t = _Transform(fn, tuple(wrt), backend or DEFAULT_BACKEND, "reverse", implicit_while=implicit_while)
     # the pullback differentiates at these values, whatever the caller does to its arrays after
     names, _ = t.wrt_names(args)
     args = tuple(_copy_arrays(a, n in names) for a, n in zip(args, t.params))
@@ -727,7 +740,8 @@ class jit(_Transform):
 __all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "FlowgradError"]
 
 
-def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None, allow_uncompute=False, plot=None):
+def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None, allow_uncompute=False,
+            implicit_while=False, plot=None):
     """Print and return the memory plan of ``grad(fn, wrt, memory_budget=..., strategy=...)(*args)``.
 
     The plan lists each loop tape (iterations, bytes per iteration, loop state) with the chosen
@@ -742,7 +756,7 @@ def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None, a
     """
     g = value_and_grad(fn, wrt=wrt, backend=backend, memory_budget=memory_budget,
                        strategy=strategy or ("ilp" if memory_budget is not None else "store_all"),
-                       allow_uncompute=allow_uncompute)
+                       allow_uncompute=allow_uncompute, implicit_while=implicit_while)
     entry = g.compiled(args)
     plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), g.memory_budget, g.strategy, g.backend)
     if plot is not None:

@@ -28,8 +28,8 @@ from .autodiff.forward import build_tangent
 from .autodiff.reverse import build_reverse
 from .autodiff.rules import CallRule
 from .errors import InputError, unsupported
-from .ir.core import (BOOL, F64, I64, Assign, Call, Const, Expr, If, Pop, Program, Push, Read, Ref, While, distinct, op,
-                      scalar, stmt_reads, walk)
+from .ir.core import (BOOL, F64, I64, Assign, Call, Const, Container, Expr, If, Pop, Program, Push, Read, Ref, While,
+                      distinct, iter_reads, op, rename, rename_expr, scalar, stmt_reads, stmt_writes, walk)
 
 
 def fixed_point(step, x0, *params, tol=1e-10, max_iter=1000):
@@ -311,6 +311,105 @@ def _jvp_fixed_point(ctx, call, touts):
     return distinct(stmts + [Assign(Ref(t_out), Read(Ref(t)))])
 
 
+# ---------------------------------------------------------------- while loops, opt-in
+
+
+def implicit_whiles(prog, namer, tol=1e-12, max_iter=10_000):
+    """``grad(..., implicit_while=True)``: each top-level ``while`` loop of ``prog`` that iterates
+    one float state to a fixed point becomes a ``fixed_point`` call, differentiated implicitly.
+
+    A loop qualifies when the body carries one float container ``x`` from one iteration to the
+    next (it reads it before writing it; integer counters may be carried too), its condition
+    compares successive iterates (it depends on ``x`` as the body found it and on ``x`` as the
+    body leaves it), and no other float value the body writes is read after the loop. Others are
+    differentiated through, as without the option. The derivative is then that of the fixed
+    point ``x* = body(x*)`` (exact only if the loop converged); ``tol`` and ``max_iter`` bound
+    the adjoint's linear solve. Returns the new top-level statements."""
+    out = []
+    for i, s in enumerate(prog.body):
+        call = _as_fixed_point(s, prog, i, namer, tol, max_iter) if isinstance(s, While) else None
+        out.extend(call if call is not None else [s])
+    return out
+
+
+def _touches(s):
+    """(containers read, containers written) anywhere in statement ``s``."""
+    reads, writes = set(), set()
+    for t in walk([s]):
+        reads |= {r.ref.container for r in stmt_reads(t)}
+        writes |= {w.container for w in stmt_writes(t)}
+    return reads, writes
+
+
+def _carried(body):
+    """Containers the body reads before it writes them and writes: those one iteration hands
+    the next."""
+    written, first_read = set(), set()
+    for t in walk(body):
+        first_read |= {r.ref.container for r in stmt_reads(t)} - written
+        written |= {w.container for w in stmt_writes(t)}
+    return first_read & written, written
+
+
+def _compares_iterates(loop, x):
+    """Whether the loop's condition depends on ``x`` both as the body found it and as the body
+    leaves it: a test on successive iterates, not on the iterate alone. The values the body
+    assigns ``x`` from count as the new iterate (what the condition reads of them is not traced
+    further back to the old one)."""
+    body = loop.body
+    touches = [_touches(s) for s in body]
+    writes_x = [k for k, (_, w) in enumerate(touches) if x in w]
+    first, last = min(writes_x), max(writes_x)
+    made = set().union(*(w for _, w in touches))
+    update = set().union(*(touches[k][0] for k in writes_x)) & made - {x}
+    needed = {r.ref.container for r in iter_reads(loop.cond)}
+    new = x in needed
+    old = False
+    for k in range(len(body) - 1, -1, -1):
+        reads, writes = touches[k]
+        if not writes & (needed - {x} - update):
+            continue
+        needed |= reads
+        old |= x in reads and k < first
+        new |= x in reads and k > last
+    return old and (new or bool(update & needed))
+
+
+def _as_fixed_point(loop, prog, i, namer, tol, max_iter):
+    carried, written = _carried(loop.body)
+    floats = [c for c in carried if c.dtype.kind in "fc"]
+    if len(floats) != 1 or floats[0].dtype.kind != "f" or not _compares_iterates(loop, floats[0]):
+        return None
+    x = floats[0]
+    later = {r.ref.container for t in walk(prog.body[i + 1:]) for r in stmt_reads(t)} | set(prog.results)
+    others = sorted(written - {x}, key=lambda c: c.name)
+    if any(c.dtype.kind in "fc" and c in later for c in others):
+        return None
+    containers = prog.containers
+
+    def fresh(c, hint, shape=None):
+        n = Container(namer(hint), c.dtype, c.shape if shape is None else shape, "transient")
+        containers[n.name] = n
+        return n
+    xs, wx, xc = fresh(x, "fixed_" + x.name), fresh(x, x.name + "_in"), fresh(x, x.name + "_step")
+    clones = {}
+    for c in sorted(others, key=lambda c: c.ndim):          # scalars first: shapes may read them
+        clones[c] = fresh(c, c.name + "_step", tuple(rename_expr(d, clones) for d in c.shape))
+    try:
+        forward = [Assign(Ref(xs), Read(Ref(x)))] + rename([loop], {x: xs})
+        stmts = [Assign(Ref(xc), Read(Ref(wx)))] + \
+            [Assign(Ref(clones[c]), Read(Ref(c))) for c in sorted(carried - {x}, key=lambda c: c.name)] + \
+            rename(loop.body, {x: xc, **clones})
+    except ValueError:
+        return None
+    made = {wx, xc, *clones.values()}
+    outside = sorted({r.ref.container for t in walk(stmts) for r in stmt_reads(t)} - made, key=lambda c: c.name)
+    attrs = {"forward": forward, "step": (wx, [], outside, stmts, xc), "tol": Const(float(tol)),
+             "max_iter": Const(int(max_iter))}
+    call = Call("fixed_point", [Read(Ref(x))] + [Read(Ref(c)) for c in outside], [xs] + others, attrs, loc=loop.loc)
+    return [call, Assign(Ref(x), Read(Ref(xs)))]
+
+
 IMPLICIT_CALLS = {
     "fixed_point": CallRule(lambda i, a: "None", _vjp_fixed_point, jvp=_jvp_fixed_point,
                             expand=lambda call: call.attrs["forward"],
@@ -322,4 +421,4 @@ IMPLICIT_LOWERING = {}
 
 fixed_point._flowgrad_inline = inline_fixed_point
 
-__all__ = ["fixed_point", "IMPLICIT_CALLS", "IMPLICIT_LOWERING"]
+__all__ = ["fixed_point", "implicit_whiles", "IMPLICIT_CALLS", "IMPLICIT_LOWERING"]

@@ -156,3 +156,81 @@ def test_a_slowly_contracting_nonsymmetric_fixed_point(backend):
     d = np.sin(np.arange(M.shape[0]) + 1.0)
     _, tangent = flowgrad.jvp(loss, (b,), (d,), backend=backend)
     np.testing.assert_allclose(tangent, w @ np.linalg.solve(eye - M, d), rtol=1e-7)
+
+
+# ---------------------------------------------------------------- implicit_while=True
+
+
+def picard(f, c, tol):
+    """The Picard iteration of the benchmark, written as a user writes it."""
+    u = np.zeros_like(f)
+    err = 1.0
+    k = 0
+    while err > tol:
+        left = np.concatenate((np.zeros(1), u[:-1]))
+        right = np.concatenate((u[1:], np.zeros(1)))
+        new = (5.0 * (left + right) + f - c * np.tanh(u)) / 11.0
+        err = np.max(np.abs(new - u))
+        u = new
+        k += 1
+    return np.sum(u * u) + 0.0 * k
+
+
+def test_implicit_while_matches_the_loop_with_memory_independent_of_the_count(backend):
+    f = np.sin(3 * np.pi * np.linspace(0.0, 1.0, 300)) + 0.5
+    through = flowgrad.grad(picard, wrt=(0, 1), backend=backend)(f, 0.5, 1e-13)
+    g = flowgrad.grad(picard, wrt=(0, 1), backend=backend, implicit_while=True)
+    got = g(f, 0.5, 1e-13)
+    np.testing.assert_allclose(got[0], through[0], rtol=0, atol=1e-8 * np.max(np.abs(through[0])))
+    assert abs(got[1] - through[1]) <= 1e-8 * abs(through[1])
+    plan = flowgrad.explain(picard, f, 0.5, 1e-13, wrt=(0, 1), backend=backend, implicit_while=True)
+    assert not plan.loops and any(v.decision.startswith("implicit") for v in plan.values)
+    if backend == "numpy":
+        import tracemalloc
+        peaks = []
+        for tol in (1e-4, 1e-12):          # about 60 and 300 iterations
+            g(f, 0.5, tol)
+            tracemalloc.start()
+            g(f, 0.5, tol)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+        assert peaks[1] <= 1.1 * peaks[0], peaks
+
+
+def halving(x, s):
+    while np.max(x) > 1.0:               # a test on the iterate alone: not a fixed point
+        x = 0.5 * x * s
+    return np.sum(x * x)
+
+
+def two_states(u, dt):
+    t = 0.0
+    while t < 1.0:                       # a time loop: u and t carried, no fixed point
+        u = u + dt * np.sin(u)
+        t = t + dt
+    return np.sum(u)
+
+
+@pytest.mark.parametrize("fn,args", [(halving, (np.array([3.0, 5.0, 7.0]), 1.1)),
+                                     (two_states, (np.array([0.3, 0.7]), 0.125))])
+def test_implicit_while_leaves_other_loops_to_differentiation_through(fn, args):
+    want = flowgrad.grad(fn, wrt=(0, 1), backend="numpy")(*args)
+    got = flowgrad.grad(fn, wrt=(0, 1), backend="numpy", implicit_while=True)(*args)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    plan = flowgrad.explain(fn, *args, wrt=(0, 1), backend="numpy", implicit_while=True)
+    assert not any(v.decision.startswith("implicit") for v in plan.values)
+
+
+def test_implicit_while_on_vjp_value_and_grad_and_pickled():
+    import pickle
+    f = np.sin(np.linspace(0.0, 3.0, 40)) + 0.5
+    want = flowgrad.grad(picard, wrt=(0, 1), backend="numpy")(f, 0.5, 1e-13)
+    value, got = flowgrad.value_and_grad(picard, wrt=(0, 1), backend="numpy", implicit_while=True)(f, 0.5, 1e-13)
+    assert value == pytest.approx(picard(f, 0.5, 1e-13), rel=1e-14)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-8, atol=1e-12)
+    _, pull = flowgrad.vjp(picard, f, 0.5, 1e-13, wrt=(0, 1), backend="numpy", implicit_while=True)
+    np.testing.assert_allclose(pull(1.0)[0], want[0], rtol=1e-8, atol=1e-12)
+    g = pickle.loads(pickle.dumps(flowgrad.grad(picard, wrt=(0, 1), backend="numpy", implicit_while=True)))
+    assert g.implicit_while
+    np.testing.assert_allclose(g(f, 0.5, 1e-13)[0], want[0], rtol=1e-8, atol=1e-12)

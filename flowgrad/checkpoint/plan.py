@@ -446,7 +446,7 @@ def _values(prog, gp, size, plan, pushes_by_var):
             out.append(Value(c.name, size(c) or 0, made[c], "kept alive from the forward sweep to the backward"))
     for s in walk(prog.body):
         if isinstance(s, Call) and s.op == "fixed_point":
-            out.append(Value(", ".join(c.name for c in s.outputs), 0, s.loc,
+            out.append(Value(s.outputs[0].name, size(s.outputs[0]) or 0, s.loc,
                              "implicit: the fixed point's adjoint is solved at convergence, no iteration kept"))
     return out
 

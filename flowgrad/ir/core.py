@@ -815,6 +815,72 @@ def stmt_reads(s):
     return out
 
 
+class _Renamer:
+    """Statements and expressions rebuilt with containers replaced (``rename``)."""
+
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def expr(self, e):
+        if isinstance(e, Read):
+            return Read(self.ref(e.ref))
+        if isinstance(e, Op):
+            return Op(e.name, tuple(self.expr(a) for a in e.args), e.dtype, tuple(self.expr(d) for d in e.shape))
+        if isinstance(e, Const):
+            return e
+        raise ValueError(f"cannot rename in {type(e).__name__}")
+
+    def item(self, it):
+        if isinstance(it, Index):
+            return Index(self.expr(it.at))
+        if isinstance(it, Slice):
+            return Slice(self.expr(it.start), self.expr(it.size), self.expr(it.step))
+        return it
+
+    def ref(self, r):
+        return Ref(self.mapping.get(r.container, r.container), tuple(self.item(it) for it in r.items), r.perm)
+
+    def attr(self, v):
+        if isinstance(v, Expr):
+            return self.expr(v)
+        if isinstance(v, tuple):
+            return tuple(self.attr(x) for x in v)
+        if isinstance(v, (Container, Stmt, list)):
+            raise ValueError("cannot rename in a call holding statements or containers")
+        return v
+
+    def stmt(self, s):
+        m = self.mapping
+        if isinstance(s, Assign):
+            return Assign(self.ref(s.dst), self.expr(s.expr), s.accumulate, s.loc)
+        if isinstance(s, Call):
+            return Call(s.op, [self.expr(e) for e in s.inputs], [m.get(c, c) for c in s.outputs],
+                        {k: self.attr(v) for k, v in s.attrs.items()}, s.loc)
+        if isinstance(s, For):
+            return For(m.get(s.var, s.var), self.expr(s.start), self.expr(s.stop), self.expr(s.step),
+                       self.block(s.body), s.reverse, s.loc)
+        if isinstance(s, While):
+            return While(self.expr(s.cond), self.block(s.body), s.loc)
+        if isinstance(s, If):
+            return If(self.expr(s.cond), self.block(s.then), self.block(s.orelse), s.loc)
+        raise ValueError(f"cannot rename in {type(s).__name__}")
+
+    def block(self, body):
+        return [self.stmt(s) for s in body]
+
+
+def rename(stmts, mapping):
+    """``stmts`` rebuilt with each container in ``mapping`` (Container -> Container) replaced,
+    in what they read and write, loop variables included. For captured statements: a call whose
+    attributes hold statements or containers raises ValueError (nothing to rename them by)."""
+    return _Renamer(mapping).block(stmts)
+
+
+def rename_expr(e, mapping):
+    """Expression ``e`` with the containers in ``mapping`` replaced (see ``rename``)."""
+    return _Renamer(mapping).expr(e)
+
+
 def stmt_containers(s):
     """Containers a simple statement reads or writes: tapes it pushes or pops, and the
     containers the shapes of what it touches read."""
