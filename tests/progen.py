@@ -525,7 +525,10 @@ def check(seed, backend, n_dirs=2, mode="grad"):
     (the reverse-mode gradient on numpy, itself checked by mode "grad"); mode "gg" the same
     ``d' H d`` by reverse over reverse, ``grad(lambda x: grad(f)(x) @ d)``, the inner ``grad``
     called inside the captured function; mode "unc" checks ``value_and_grad`` with
-    ``allow_uncompute=True`` (invertible updates run backwards instead of taped).
+    ``allow_uncompute=True`` (invertible updates run backwards instead of taped); mode "rc" with
+    ``strategy="recompute_all"`` (every top-level loop checkpointed: ``for`` loops by binomial
+    schedules, ``while`` loops by online ones), which must also equal the store-all gradient to
+    rounding.
 
     status: "ok", "refused" (a FlowgradError), "skip" (the program itself overflows or fails
     in NumPy), "nonsmooth" (finite differences, or values, are no oracle: a kink within the
@@ -572,7 +575,15 @@ def check(seed, backend, n_dirs=2, mode="grad"):
                 grads = flowgrad.jacfwd(fn, wrt=("x", "A", "s"), backend=backend)(*args)
             else:
                 value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend,
-                                                       allow_uncompute=mode == "unc")(*args)
+                                                       allow_uncompute=mode == "unc",
+                                                       strategy="recompute_all" if mode == "rc" else None)(*args)
+                if mode == "rc":
+                    _, stored = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+                    # the same operations, replayed: equal up to an operation evaluated in another
+                    # order where a value is recomputed rather than restored
+                    if not all(np.allclose(g, h, rtol=1e-12, atol=1e-13 * max(1.0, float(np.max(np.abs(h)))))
+                               for g, h in zip(grads, stored)):
+                        return "grad", "the checkpointed gradient differs from the store-all one"
             derivatives = [sum(float(np.sum(g * d)) for g, d in zip(grads, direction[:3]))
                            for direction in directions]
     except flowgrad.FlowgradError as exc:
@@ -645,7 +656,8 @@ def main(argv=None):
     parser.add_argument("--backends", default="numpy,native",
                         help="backends to check the gradient on; BACKEND-jvp checks forward mode, BACKEND-jac "
                              "jacfwd (all directions in one batched program), BACKEND-hess the Hessian in x, "
-                             "BACKEND-gg grad of grad in x, BACKEND-unc the gradient with allow_uncompute, "
+                             "BACKEND-gg grad of grad in x, BACKEND-unc the gradient with allow_uncompute, BACKEND-rc "
+                             "with every top-level loop checkpointed (equal to store-all to rounding), "
                              "instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=25)

@@ -1,5 +1,6 @@
 """Memory planning: the ILP, loop checkpoint schedules, and measured memory under a budget."""
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -423,3 +424,85 @@ def test_explain_reports_uncomputed_values():
     plan = flowgrad.explain(leapfrog, *args, wrt=("q", "p"), backend="numpy", allow_uncompute=True)
     uncomputed = [v for v in plan.values if v.decision.startswith("uncomputed")]
     assert {v.what.split("[")[0] for v in uncomputed} == {"q", "p"}
+
+
+# ---------------------------------------------------------------- while loops: the online schedule
+
+
+def march(u, nu, tend):
+    """A time loop of unknown count: float time and an integer counter carried."""
+    t = 0.0
+    k = 0
+    while t < tend:
+        f = 0.5 * u * u
+        un = u.copy()
+        un[1:-1] = u[1:-1] - 0.1 * (f[2:] - f[:-2]) + nu * (u[2:] - 2.0 * u[1:-1] + u[:-2])
+        if k % 3 == 2:                    # a branch in the loop
+            un = un * (1.0 - 0.01 * nu)
+        u = un
+        t = t + 0.01
+        k += 1
+    return np.sum(np.sin(u)) + 0.001 * k
+
+
+def _march_args(n=512, tend=0.5):
+    return (0.5 + 0.3 * np.random.default_rng(7).standard_normal(n), 0.2, tend)
+
+
+@pytest.mark.parametrize("tend", [0.0, 0.005, 0.07, 0.5])        # 0, 1, 7 and 50 iterations
+def test_online_schedule_gradient_equals_store_all(tend, backend):
+    args = _march_args(tend=tend)
+    ref = flowgrad.grad(march, wrt=("u", "nu"), backend=backend)(*args)
+    store = flowgrad.explain(march, *args, wrt=("u", "nu"), backend=backend)
+    g = flowgrad.grad(march, wrt=("u", "nu"), backend=backend, memory_budget=int(store.min_peak * 1.01))
+    got = g(*args)
+    plan = g.planned(args)[2]
+    (cand, kind, param, _, _), = plan.loops
+    assert kind == S.ONLINE, str(plan)
+    if tend == 0.5:                       # 50 iterations: the forward thins its snapshots again and again
+        assert S.online_snapshots(param, 50)[0] >= 4
+    np.testing.assert_array_equal(got[0], ref[0])
+    assert got[1] == ref[1]
+    assert "online schedule" in str(plan)
+
+
+def test_online_schedule_memory_does_not_grow_with_the_count():
+    peaks = {}
+    for strategy in ("store_all", "recompute_all"):
+        g = flowgrad.grad(march, wrt=("u", "nu"), backend="numpy", strategy=strategy)
+        peaks[strategy] = [_measured_peak(g, _march_args(4096, tend)) for tend in (0.5, 2.0)]   # 50, 200 steps
+    assert peaks["store_all"][1] > 3 * peaks["store_all"][0]
+    assert peaks["recompute_all"][1] <= 1.1 * peaks["recompute_all"][0], peaks
+    assert peaks["recompute_all"][1] < peaks["store_all"][1] / 4, peaks
+    check_grad(march, _march_args(8, 0.05), ("u", "nu"), backend="numpy")
+
+
+def test_a_while_loop_under_a_budget_is_planned_not_warned():
+    args = _march_args(4096, 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = flowgrad.grad(march, wrt=("u", "nu"), backend="numpy", memory_budget="2MiB")
+        g(*args)
+    plan = g.planned(args)[2]
+    assert plan.loops[0][1] == S.ONLINE and plan.peak <= 2 * MiB
+    assert _measured_peak(g, args) <= 2 * MiB
+
+
+@pytest.mark.parametrize("T,c,extra", [(0, 2, 1), (1, 2, 0), (7, 4, 2), (37, 4, 1), (100, 6, 3), (1000, 8, 8)])
+def test_online_schedule_reverses_every_iteration_once_within_its_slots(T, c, extra):
+    every, taken = S.online_snapshots(c, T)
+    assert taken <= c and taken == -(-T // every) and (T <= c or every < 2 * T / c + 1)
+    reversed_, advanced = [], 0
+    for s in reversed(range(taken)):
+        rows, n = S.segment_rows(T, every, s, c, extra)
+        assert n == len(rows)
+        for op, a, b in rows.tolist():
+            if op == S.REVERSE:
+                reversed_ += list(range(b - 1, a - 1, -1))
+            elif op == S.ADVANCE:
+                advanced += b - a
+            elif op == S.RESTORE:
+                assert a == s or c <= a < c + extra       # its own online snapshot or a segment slot
+            elif op == S.SNAP:
+                assert c <= a < c + extra                 # never over an online snapshot
+    assert reversed_ == list(range(T - 1, -1, -1))

@@ -59,6 +59,12 @@ def test_random_programs_grad_of_grad_numpy_backend():
     _check_seeds(range(160, 210), "numpy", mode="gg")
 
 
+def test_random_programs_checkpointed_numpy_backend():
+    # every top-level loop checkpointed (strategy="recompute_all"): for loops by binomial schedules,
+    # while loops (10 of these 50 programs have one) by online ones; equal to the store-all gradient
+    _check_seeds(range(210, 260), "numpy", mode="rc")
+
+
 @pytest.mark.native
 def test_random_programs_grad_of_grad_native_backend():
     # programs whose tapes hold views of a size known only at run time (x[:k + 1]): the adjoint

@@ -777,9 +777,10 @@ def _record_conditions(stmts, namer, containers):
 def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) -> GradProgram:
     """The adjoint program of ``prog`` for the scalar or array result ``prog.results[0]``.
 
-    ``loop_plan`` maps the loop variable name of a top-level ``for`` loop to ``(kind, param)``:
-    a checkpoint schedule kind (see ``flowgrad.checkpoint.schedules``) and the argument container
-    holding its parameter (snapshot interval or count); other loops store every iteration.
+    ``loop_plan`` maps a top-level loop's key (``checkpoint.loops.top_loops``: a ``for`` loop's
+    variable name, ``while<k>``) to ``(kind, param)``: a checkpoint schedule kind (see
+    ``flowgrad.checkpoint.schedules``; a ``while`` loop's is the online one) and the argument
+    container holding its parameter (snapshot interval or count); other loops store every iteration.
     ``uncompute``: restore what an invertible update overwrote by running it backwards instead of
     keeping it on a tape (``_inverse``; not inside a checkpointed loop).
     """
@@ -797,8 +798,16 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     backward = _merge_part_clears(backward)
     backward = _fold_zero_inits(_rotate_zero_resets(backward, _read_counts(backward)))
     backward = _replay_definitions(prog, backward)
-    replayed = {loop.var.name: loop.body for loop in prog.body
-                if isinstance(loop, For) and (loop_plan or {}).get(loop.var.name, (STORE_ALL,))[0] != STORE_ALL}
+    planned = {key: loop for key, loop in loop_ckpt.top_loops(prog.body)
+               if (loop_plan or {}).get(key, (STORE_ALL,))[0] != STORE_ALL}
+    replayed = {}               # backward loop variable -> the forward body checkpointing re-runs there
+    for loop in planned.values():
+        if isinstance(loop, For):
+            replayed[loop.var.name] = loop.body
+        else:
+            back = next(s for s in backward if isinstance(s, For) and isinstance(s.stop, Read)
+                        and s.stop.ref.container is b.counters[loop])
+            replayed[back.var.name] = loop.body
     inverses = {}
     if uncompute and not replayed:
         inverses = {id(r): inv for r in b.restores for inv in [_inverse(r)] if inv is not None}
@@ -833,17 +842,19 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     forward = _instrument_forward(prog.body, pushes, b.counters)
     containers = dict(prog.containers)
     containers[cotangent.name] = cotangent
-    for loop in [s for s in prog.body if isinstance(s, For)]:
-        kind, param = (loop_plan or {}).get(loop.var.name, (STORE_ALL, None))
-        if kind != STORE_ALL:
-            rest = [s for s in prog.body if s is not loop]
-            state = loop_ckpt.state_containers(loop, rest)
-            why = loop_ckpt.checkpointable(loop, state)
-            if why is not None:
-                raise UnsupportedError(f"{loop.loc}: unsupported checkpointing of this loop: {why}; "
-                                       "use strategy='store_all'")
-            loop_ckpt.apply(forward, backward, loop, kind, param, state, namer, containers,
-                            prog.containers)
+    for key, loop in planned.items():
+        kind, param = loop_plan[key]
+        rest = [s for s in prog.body if s is not loop]
+        state = loop_ckpt.state_containers(loop, rest)
+        why = loop_ckpt.checkpointable(loop, state)
+        if why is not None:
+            raise UnsupportedError(f"{loop.loc}: unsupported checkpointing of this loop: {why}; "
+                                   "use strategy='store_all'")
+        if isinstance(loop, For):
+            loop_ckpt.apply(forward, backward, loop, kind, param, state, namer, containers, prog.containers)
+        else:
+            loop_ckpt.apply_online(forward, backward, loop, b.counters[loop], param, state, namer, containers,
+                                   prog.containers)
     for c in list(b.grads.values()) + b.temps + list(tapes.values()) + list(b.counters.values()) + \
             list(b.tape_grads.values()):
         containers[c.name] = c

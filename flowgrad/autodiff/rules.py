@@ -642,6 +642,10 @@ CORE_CALLS = {
                               exempt="checkpoint bookkeeping (integers)",
                               doc="the action rows of a loop checkpoint schedule, their count, and the rows "
                                   "and iterations the forward sweep runs"),
+    "ckpt_segment": CallRule(lambda i, a: f"_ckpt.segment_rows({i[0]}, {i[1]}, {i[2]}, {i[3]}, {i[4]})",
+                             exempt="checkpoint bookkeeping (integers)",
+                             doc="the action rows reversing one segment of a while loop's online schedule, and "
+                                 "their count"),
     "sum_to": CallRule(lambda i, a: f"_rt.sum_to({i[0]}, {_tuple_src(a['shape'])}, {_tuple_src(a['full'])})",
                        _vjp_sum_to, jvp=jvp_linear(0),
                        complex=True, doc="sum a broadcast adjoint back to an operand's shape"),

@@ -1,7 +1,8 @@
 """Loop checkpointing on the IR: a top-level ``for`` loop runs forward without recording, taking
 the schedule's first snapshots of its state as it goes; its backward executes the rest of the
 schedule (periodic or binomial): snapshot, restore, advance, record and reverse actions (see
-``schedules``).
+``schedules``). A top-level ``while`` loop does the same with an online schedule
+(``apply_online``): snapshots thinned as its count grows, its segments reversed one by one.
 
 The value-restoration invariant of the reverse pass makes this sound: RECORD pushes exactly what
 the store-all program would have pushed for those iterations, and REVERSE pops it, leaving the
@@ -14,13 +15,28 @@ from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index
 from . import schedules as S
 
 
-def state_containers(loop: For, rest_of_program):
-    """Containers a loop iteration needs from the previous one (or that the program reads later)."""
+def top_loops(body):
+    """(key, loop) for each top-level loop a plan may schedule: a ``for`` loop by its variable's
+    name, the k-th ``while`` loop as ``while<k>``."""
+    out, k = [], 0
+    for s in body:
+        if isinstance(s, For):
+            out.append((s.var.name, s))
+        elif isinstance(s, While):
+            out.append((f"while{k}", s))
+            k += 1
+    return out
+
+
+def state_containers(loop, rest_of_program):
+    """Containers a loop iteration (``for`` or ``while``) needs from the previous one (or that the
+    program reads later)."""
     written = []
+    var = getattr(loop, "var", None)
     for s in walk(loop.body):
         for r in stmt_writes(s):
             c = r.container
-            if c is not loop.var and c.kind != "tape" and c not in written:
+            if c is not var and c.kind != "tape" and c not in written:
                 written.append(c)
     read_outside = {r.ref.container for s in walk(rest_of_program) for r in stmt_reads(s)}
     state = []
@@ -57,11 +73,12 @@ def _inplace(call):
     return CALLS[call.op].inplace
 
 
-def checkpointable(loop: For, state) -> str | None:
-    """Why a loop cannot be checkpointed, or None."""
+def checkpointable(loop, state) -> str | None:
+    """Why a loop (``for`` or ``while``) cannot be checkpointed, or None."""
     if any(isinstance(s, (Push, Pop)) for s in walk(loop.body)):
         return "its body runs a gradient program, whose tape replaying would push twice"
-    loop_written = {r.container for s in walk(loop.body) for r in stmt_writes(s)} | {loop.var}
+    loop_written = {r.container for s in walk(loop.body) for r in stmt_writes(s)} | \
+        ({loop.var} if isinstance(loop, For) else set())
     for c in state:
         for d in c.shape:
             if any(r.ref.container in loop_written for r in iter_reads(d)):
@@ -140,6 +157,76 @@ def apply(forward, backward, loop: For, kind: int, param: Container, state, name
     return trips, nslots
 
 
+def apply_online(forward, backward, loop: While, counter: Container, param: Container, state, namer, containers,
+                 forward_containers):
+    """Rewrite one top-level ``while`` loop for the online schedule (``schedules.online_snapshots``),
+    in place: going forward it keeps at most ``param`` (even) snapshots of its state, thinned as
+    the count grows; the backward sweep reverses it segment by segment from the last, each by a
+    binomial schedule with ``param`` more snapshots (``schedules.segment_rows``). Memory is then
+    bounded whatever the trip count: ``2 * param`` states and one iteration's tape.
+
+    ``counter``: the loop's trip counter (the instrumented forward body counts in it; the reversed
+    loop runs over it)."""
+    fi = next(k for k, s in enumerate(forward) if isinstance(s, While) and
+              any(isinstance(t, Assign) and t.dst.container is counter for t in s.body))
+    bi = next(k for k, s in enumerate(backward) if isinstance(s, For) and isinstance(s.stop, Read)
+              and s.stop.ref.container is counter)
+    recorded_body = [t for t in forward[fi].body if not (isinstance(t, Assign) and t.dst.container is counter)]
+    trip, reversed_body = backward[bi].var, backward[bi].body
+    containers[trip.name] = trip           # no longer a loop variable: set for each reversed iteration
+
+    def new(hint, dtype, shape=(), in_forward=False):
+        c = Container(namer(hint), dtype, shape, "transient")
+        containers[c.name] = c
+        if in_forward:
+            forward_containers[c.name] = c
+        return c
+
+    key = counter.name
+    every, taken = new("every_" + key, I64, in_forward=True), new("taken_" + key, I64, in_forward=True)
+    i = new("i_" + key, I64, in_forward=True)
+    nslots = op("multiply", scalar(param), Const(2))
+    snaps = {c: new("snap_" + c.name, c.dtype, (nslots,) + c.shape, in_forward=True) for c in state}
+    pre = [Assign(Ref(every), Const(1)), Assign(Ref(taken), Const(0))] + \
+        [Assign(Ref(snap), Const(0, c.dtype)) for c, snap in snaps.items()]
+    due = op("equal", op("mod", scalar(counter), scalar(every)), Const(0))
+    thin = [For(i, 0, op("floor_divide", scalar(param), Const(2)), 1,
+                [Assign(_slot(snaps[c], c, scalar(i)), Read(_slot(snaps[c], c, op("multiply", scalar(i), Const(2)))))
+                 for c in state], loc=loop.loc),
+            Assign(Ref(taken), op("floor_divide", scalar(param), Const(2))),
+            Assign(Ref(every), op("multiply", scalar(every), Const(2)))]
+    take = [Assign(_slot(snaps[c], c, scalar(taken)), _whole(c)) for c in state] + \
+        [Assign(Ref(taken), op("add", scalar(taken), Const(1)))]
+    online = If(due, [If(op("equal", scalar(taken), scalar(param)), thin), If(due, take)])
+    forward[fi:fi + 1] = pre + [While(loop.cond, [online] + list(loop.body) +
+                                      [Assign(Ref(counter), Const(1), accumulate=True)], loop.loc)]
+
+    seg, rows, q, j = (new(n + "_" + key, I64) for n in ("segment", "rows", "q", "j"))
+    sched = new("schedule_" + key, I64, (scalar(rows), Const(3)))
+    act, a, b = (new(n + "_" + key, I64) for n in ("act", "a", "b"))
+
+    def steps(body, reverse=False):
+        return [For(j, scalar(a), scalar(b), 1, [Assign(Ref(trip), scalar(j))] + list(body), reverse=reverse,
+                    loc=loop.loc)]
+
+    def when(code, stmts):
+        return If(op("equal", scalar(act), code), stmts)
+
+    backward[bi:bi + 1] = [For(seg, 0, scalar(taken), 1, [
+        Call("ckpt_segment", [scalar(counter), scalar(every), scalar(seg), scalar(param), scalar(param)],
+             [sched, rows]),
+        For(q, 0, scalar(rows), 1, [
+            Assign(Ref(act), Read(Ref(sched, [Index(scalar(q)), Index(0)]))),
+            Assign(Ref(a), Read(Ref(sched, [Index(scalar(q)), Index(1)]))),
+            Assign(Ref(b), Read(Ref(sched, [Index(scalar(q)), Index(2)]))),
+            when(S.SNAP, [Assign(_slot(snaps[c], c, scalar(a)), _whole(c)) for c in state]),
+            when(S.RESTORE, [Assign(Ref(c), Read(_slot(snaps[c], c, scalar(a)))) for c in state]),
+            when(S.ADVANCE, steps(loop.body)),
+            when(S.RECORD, steps(recorded_body)),
+            when(S.REVERSE, steps(reversed_body, reverse=True)),
+        ], loc=loop.loc)], reverse=True, loc=loop.loc)]
+
+
 def _whole(c):
     return Read(Ref(c) if c.ndim else Ref(c, ()))
 
@@ -148,4 +235,4 @@ def _slot(snap, c, at):
     return Ref(snap, [Index(at)] + [Slice(0, d, 1) for d in c.shape])
 
 
-__all__ = ["state_containers", "checkpointable", "apply", "BOOL"]
+__all__ = ["top_loops", "state_containers", "checkpointable", "apply", "apply_online", "BOOL"]

@@ -1,8 +1,9 @@
 """Store or recompute: an integer linear program over the forward values the backward sweep needs.
 
-Candidates are top-level ``for`` loops, whose per-iteration tapes can be stored for every
-iteration or replaced by a periodic or a binomial checkpoint schedule (an inner loop's tape is
-part of its top-level loop's). Memory is predicted on the allocation timeline of the forward
+Candidates are top-level loops, whose per-iteration tapes can be stored for every iteration or
+replaced by a checkpoint schedule: periodic or binomial for a ``for`` loop, online for a
+``while`` loop (its count is known only once it has run); an inner loop's tape is part of its
+top-level loop's. Memory is predicted on the allocation timeline of the forward
 and backward sweeps (``timeline``); SciPy's ``milp`` (HiGHS) minimises the recomputation FLOPs
 subject to the predicted memory staying under the budget at every point. ``Plan.values`` says,
 per value the backward sweep needs, how it comes back.
@@ -140,9 +141,18 @@ def _ops(e):
             yield from _ops(a)
 
 
+# A while loop's trip count is known only when it has run: its online schedules are costed for
+# this many iterations (the memory they need does not depend on the count).
+NOMINAL_TRIPS = 1000
+
+
 class LoopCandidate:
-    def __init__(self, loop, trips, iter_bytes, state_bytes, iter_flops, reason=None, most_bytes=None):
-        self.loop, self.trips = loop, trips
+    """A top-level loop whose tape the plan may replace: ``key`` (``loops.top_loops``), its
+    iterations (None for a ``while`` loop), tape bytes per iteration (mean and largest), state
+    bytes, FLOPs per iteration, and why it cannot be checkpointed (or None)."""
+
+    def __init__(self, key, loop, trips, iter_bytes, state_bytes, iter_flops, reason=None, most_bytes=None):
+        self.key, self.loop, self.trips = key, loop, trips
         self.iter_bytes, self.state_bytes, self.iter_flops = iter_bytes, state_bytes, iter_flops
         self.most_bytes = iter_bytes if most_bytes is None else most_bytes   # the largest iteration's tape
         self.reason = reason
@@ -150,10 +160,14 @@ class LoopCandidate:
 
     @property
     def name(self):
-        return f"loop over {self.loop.var.name}" + (f" ({self.loop.loc})" if self.loop.loc else "")
+        what = f"loop over {self.loop.var.name}" if isinstance(self.loop, For) else "while loop"
+        return what + (f" ({self.loop.loc})" if self.loop.loc else "")
 
     def options(self):
-        """(kind, param, memory while reversing, memory held from the loop on, extra FLOPs)."""
+        """(kind, param, memory while reversing, memory held from the loop on, extra FLOPs); a
+        ``while`` loop's store-all memory is None (it grows with a count not known yet)."""
+        if self.trips is None:
+            return self._online_options()
         T, B, Sb, C, most = self.trips, self.iter_bytes, self.state_bytes, self.iter_flops, self.most_bytes
         opts = [(S.STORE_ALL, 0, T * B, T * B, 0)]
         if self.reason is not None or T < 2:
@@ -175,6 +189,21 @@ class LoopCandidate:
                 break
         return opts
 
+    def _online_options(self):
+        """Store-all, then online schedules with c (even) snapshots going forward and c more per
+        segment: 2c states and one iteration's tape, whatever the count; costed at
+        ``NOMINAL_TRIPS`` iterations."""
+        Sb, C, most, T = self.state_bytes, self.iter_flops, self.most_bytes, NOMINAL_TRIPS
+        opts = [(S.STORE_ALL, 0, None, None, 0)]
+        if self.reason is not None:
+            return opts
+        for c in (2, 4, 8, 16, 32, 64):
+            seg = -(-3 * T // (2 * c))                   # segments hold T/c to 2T/c iterations
+            adv = -(-T // seg) * S.revolve_formula(seg, c) + T
+            opts.append((S.ONLINE, c, 2 * c * Sb + most + 3 * S.schedule_bytes(2 * seg, c + 1) + self.replay_bytes,
+                         2 * c * Sb, adv * C))
+        return opts
+
 
 class Plan:
     """The planner's decision: per loop a schedule, per intermediate store/recompute, and the report."""
@@ -192,15 +221,15 @@ class Plan:
         self.values = []         # ``Value`` per forward value the backward sweep needs
 
     def loop_plan(self, param_containers):
-        """``build_reverse``'s loop_plan: loop var name -> (kind, parameter container)."""
-        return {cand.loop.var.name: (kind, param_containers[cand.loop.var.name])
+        """``build_reverse``'s loop_plan: loop key -> (kind, parameter container)."""
+        return {cand.key: (kind, param_containers[cand.key])
                 for cand, kind, param, _, _ in self.loops if kind != S.STORE_ALL}
 
     def params(self):
-        return {cand.loop.var.name: param for cand, kind, param, _, _ in self.loops}
+        return {cand.key: param for cand, kind, param, _, _ in self.loops}
 
     def key(self):
-        return tuple((cand.loop.var.name, kind) for cand, kind, _, _, _ in self.loops)
+        return tuple((cand.key, kind) for cand, kind, _, _, _ in self.loops)
 
     def plot(self, path):
         """Draw the predicted memory timeline of the plan into ``path`` (matplotlib): per step
@@ -243,23 +272,32 @@ class Plan:
         lines = [f"memory plan ({self.strategy})"]
         if self.budget is not None:
             lines.append(f"  budget:          {fmt_bytes(self.budget)}")
-        lines.append(f"  predicted peak:  {fmt_bytes(self.peak)}  (store-all: {fmt_bytes(self.store_all_peak)}, "
+        store = fmt_bytes(self.store_all_peak) + \
+            (" and every while loop iteration" if any(c.trips is None for c, *_ in self.loops) else "")
+        lines.append(f"  predicted peak:  {fmt_bytes(self.peak)}  (store-all: {store}, "
                      f"minimum possible: {fmt_bytes(self.min_peak)})")
         lines.append(f"  extra FLOPs:     {self.extra_flops:.3g}")
         if not self.loops:
             lines.append("  no loop tapes to plan: every value the backward sweep needs is stored")
         for cand, kind, param, mem, flops in self.loops:
-            what = {S.STORE_ALL: "store every iteration", S.PERIODIC: f"periodic snapshots every {param}",
-                    S.BINOMIAL: f"binomial schedule with {param} snapshots"}[kind]
-            lines.append(f"  {cand.name}: {cand.trips} iterations x {fmt_bytes(cand.iter_bytes)} tape, "
-                         f"state {fmt_bytes(cand.state_bytes)} -> {what}: {fmt_bytes(mem)}, "
-                         f"+{flops:.3g} FLOPs" + (f"  [{cand.reason}]" if cand.reason else ""))
+            trips = "iterations not known yet" if cand.trips is None else f"{cand.trips} iterations"
+            memory = "grows with the iterations" if mem is None else fmt_bytes(mem)
+            extra = f"+{flops:.3g} FLOPs" + (f" (at {NOMINAL_TRIPS} iterations)" if cand.trips is None else "")
+            lines.append(f"  {cand.name}: {trips} x {fmt_bytes(cand.iter_bytes)} tape, "
+                         f"state {fmt_bytes(cand.state_bytes)} -> {schedule_text(kind, param)}: {memory}, "
+                         f"{extra}" + (f"  [{cand.reason}]" if cand.reason else ""))
         if self.values:
             lines.append("  values the backward sweep needs:")
             lines.extend(f"    {v}" for v in self.values)
         for n in self.notes:
             lines.append(f"  note: {n}")
         return "\n".join(lines)
+
+
+def schedule_text(kind, param):
+    return {S.STORE_ALL: "store every iteration", S.PERIODIC: f"periodic snapshots every {param}",
+            S.BINOMIAL: f"binomial schedule with {param} snapshots",
+            S.ONLINE: f"online schedule with {param} + {param} snapshots"}[kind]
 
 
 def solve(items, budget, points):
@@ -331,24 +369,25 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
     plan.budget = budget
     plan.strategy = strategy
     cands = []
-    top_loops = [s for s in prog.body if isinstance(s, For)]
     envs = _envs_at_loops(prog.body, env)
-    pushes_by_var = _loop_tapes(gp.forward)
     from . import loops as loop_ckpt
-    for loop in top_loops:
-        env = envs[id(loop)]
-        try:
-            trips = len(range(evaluate(loop.start, env), evaluate(loop.stop, env), evaluate(loop.step, env)))
-        except _Unknown:
-            _unplanned(plan, loop, "its trip count is not known from the arguments")
-            continue
-        recorded, pushes = pushes_by_var.get(loop.var.name, (loop, []))
+    recorded_loops = dict(loop_ckpt.top_loops(gp.forward))
+    for key, loop in loop_ckpt.top_loops(prog.body):
+        lenv = envs[id(loop)]
+        trips = None
+        if isinstance(loop, For):
+            try:
+                trips = len(range(evaluate(loop.start, lenv), evaluate(loop.stop, lenv), evaluate(loop.step, lenv)))
+            except _Unknown:
+                _unplanned(plan, loop, "its trip count is not known from the arguments")
+                continue
+        recorded = recorded_loops.get(key, loop)
 
-        def tape_bytes(env, recorded=recorded):
-            return _pushed_bytes(recorded.body, env, TL.ENTRY_BYTES[backend])
+        def tape_bytes(e, recorded=recorded):
+            return _pushed_bytes(recorded.body, e, TL.ENTRY_BYTES[backend])
 
         try:
-            iter_bytes, most_bytes = _over_iterations(loop, env, tape_bytes)
+            iter_bytes, most_bytes = _over_iterations(loop, lenv, tape_bytes)
         except _Unknown:
             _unplanned(plan, loop, "its tape's size is not known from the arguments")
             continue
@@ -358,32 +397,41 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
         state = loop_ckpt.state_containers(loop, rest)
         reason = loop_ckpt.checkpointable(loop, state)
         try:
-            state_bytes = sum(nbytes(c, env) for c in state)
+            state_bytes = sum(nbytes(c, lenv) for c in state)
         except _Unknown:
             state_bytes, reason = 0, reason or "state size not known"
         try:
-            flops, _ = _over_iterations(loop, env, lambda env: sum(stmt_flops(s, env, True) for s in loop.body))
+            flops, _ = _over_iterations(loop, lenv, lambda e: sum(stmt_flops(s, e, True) for s in loop.body))
         except _Unknown:
-            flops = sum(stmt_flops(s, env) for s in loop.body)
-        cands.append(LoopCandidate(loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
-    plan.points, replay = TL.build(gp, Sizer(env), {c.loop.var.name for c in cands}, backend)
+            flops = sum(stmt_flops(s, lenv) for s in loop.body)
+        cands.append(LoopCandidate(key, loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
+    plan.points, replay = TL.build(gp, Sizer(env), _positions(gp, [c.key for c in cands]), backend)
     for c in cands:
-        c.replay_bytes = replay.get(c.loop.var.name, 0)
-    items = [(c.loop.var.name, [(o[3], o[2], o[4]) for o in c.options()]) for c in cands]
-    plan.store_all_peak = peak_of(plan.points, {v: opts[0][:2] for v, opts in items})
+        c.replay_bytes = replay.get(c.key, 0)
+    # per loop: its options the timeline can count (a while loop's store-all cannot be)
+    allowed = [[j for j, o in enumerate(c.options()) if o[2] is not None] for c in cands]
+    items = [(c.key, [(c.options()[j][3], c.options()[j][2], c.options()[j][4]) for j in js])
+             for c, js in zip(cands, allowed)]
+    plan.store_all_peak = peak_of(plan.points, {c.key: c.options()[0][2:4][::-1] for c in cands
+                                                if c.options()[0][2] is not None})
     plan.min_peak = _minimum(items, TL.rows(plan.points))
     if strategy == "store_all":
         choice = [0] * len(cands)
     elif strategy == "recompute_all":
         choice = [_logarithmic(c) for c in cands]
     else:
-        choice = solve(items, budget if budget is not None else float("inf"), plan.points)
+        choice = [js[j] for js, j in zip(allowed, solve(items, budget if budget is not None else float("inf"),
+                                                          plan.points))]
     for cand, j in zip(cands, choice):
         kind, param, mem, _, flops = cand.options()[j]
         plan.loops.append((cand, kind, param, mem, flops))
-    plan.memory = {v: opts[j][:2] for (v, opts), j in zip(items, choice)}
+        if mem is None:
+            _unplanned(plan, cand.loop, "storing every iteration of a while loop, whose count is not known "
+                                        "before it runs")
+    plan.memory = {cand.key: (cand.options()[j][3], cand.options()[j][2]) for cand, j in zip(cands, choice)
+                   if cand.options()[j][2] is not None}
     plan.peak = peak_of(plan.points, plan.memory)
-    plan.values = _values(prog, gp, Sizer(env), plan, pushes_by_var)
+    plan.values = _values(prog, gp, Sizer(env), plan)
     return plan
 
 
@@ -399,15 +447,17 @@ class Value:
         return f"{self.what} ({fmt_bytes(self.bytes)}{', ' + str(self.where) if self.where else ''}): {self.decision}"
 
 
-def _values(prog, gp, size, plan, pushes_by_var):
+def _values(prog, gp, size, plan):
     """Per value: what the backward sweep needs, its size, the user's line, the decision."""
     from ..ir.printer import ref_text
+    from .loops import top_loops
     out = []
-    chosen = {cand.loop.var.name: (cand, kind, param) for cand, kind, param, _, _ in plan.loops}
+    chosen = {cand.key: (cand, kind, param) for cand, kind, param, _, _ in plan.loops}
     in_loops = set()
-    for var, (recorded, pushes) in pushes_by_var.items():
-        cand, kind, param = chosen.get(var, (None, None, None))
-        for push in pushes:
+    for key, recorded in top_loops(gp.forward):
+        cand, kind, param = chosen.get(key, (None, None, None))
+        where = f"the loop over {key}" if isinstance(recorded, For) else "the while loop"
+        for push in [t for t in walk(recorded.body) if t.__class__.__name__ == "Push"]:
             in_loops.add(id(push))
             try:       # per iteration of the loop; a slice whose size follows the loop: its largest
                 each = _over_iterations(recorded, size.env, lambda env, push=push: nbytes_of(
@@ -417,11 +467,10 @@ def _values(prog, gp, size, plan, pushes_by_var):
             if cand is None:
                 how = "stored every iteration (loop not planned)"
             elif kind == S.STORE_ALL:
-                how = f"stored every iteration of the loop over {var} ({cand.trips} iterations, at most {fmt_bytes(each)} each)"
-            elif kind == S.PERIODIC:
-                how = f"recomputed: loop over {var} from periodic snapshots every {param} iterations"
+                count = "" if cand.trips is None else f"{cand.trips} iterations, "
+                how = f"stored every iteration of {where} ({count}at most {fmt_bytes(each)} each)"
             else:
-                how = f"recomputed: loop over {var} from a binomial schedule with {param} snapshots"
+                how = f"recomputed: {where} replayed by its {schedule_text(kind, param)}"
             out.append(Value(ref_text(push.ref), each, push.loc, how))
     for s in walk(gp.forward):
         if s.__class__.__name__ == "Push" and id(s) not in in_loops:
@@ -464,7 +513,8 @@ def nbytes_of(ref, size):
 def _unplanned(plan, loop, why):
     """A loop the planner cannot size: stored whole, outside the predicted peak. Under a budget
     that is worth a warning, since the budget may then be exceeded."""
-    note = f"loop over {loop.var.name}" + (f" ({loop.loc})" if loop.loc else "") + \
+    note = (f"loop over {loop.var.name}" if isinstance(loop, For) else "while loop") + \
+        (f" ({loop.loc})" if loop.loc else "") + \
         f": {why}; every iteration is stored, and not counted in the predicted peak"
     plan.notes.append(note)
     if plan.budget is not None:
@@ -476,7 +526,7 @@ def _envs_at_loops(body, env):
     (``n = steps``, ``m = n // 2``): its trip count and sizes may read them."""
     env, out = dict(env), {}
     for s in body:
-        if isinstance(s, For):
+        if isinstance(s, (For, While)):
             out[id(s)] = dict(env)
         if isinstance(s, Assign) and not s.accumulate and s.dst.container.ndim == 0 \
                 and s.dst.container.dtype.kind in "iu":
@@ -500,7 +550,8 @@ def _over_iterations(loop, env, fn, samples=64):
         value = fn(env)
         return value, value
     except _Unknown:
-        pass
+        if not isinstance(loop, For):
+            raise
     values = range(evaluate(loop.start, env), evaluate(loop.stop, env), evaluate(loop.step, env))
     if not values:
         return 0, 0
@@ -512,19 +563,31 @@ def _over_iterations(loop, env, fn, samples=64):
 def _logarithmic(cand):
     """The binomial option with about log2(T) snapshots (memory ~ log T), else the smallest."""
     opts = cand.options()
-    want = max(1, math.ceil(math.log2(max(2, cand.trips))))
-    binom = [j for j, o in enumerate(opts) if o[0] == S.BINOMIAL]
+    want = max(1, math.ceil(math.log2(max(2, cand.trips or NOMINAL_TRIPS))))
+    binom = [j for j, o in enumerate(opts) if o[0] in (S.BINOMIAL, S.ONLINE)]
     if not binom:
-        return min(range(len(opts)), key=lambda j: opts[j][2])
+        return min(range(len(opts)), key=lambda j: opts[j][2] if opts[j][2] is not None else math.inf)
     return min(binom, key=lambda j: abs(opts[j][1] - want))
 
 
-def _loop_tapes(forward):
-    """Loop variable name -> (the instrumented forward loop, the pushes in its body)."""
+def _positions(gp, keys):
+    """Loop key -> (index of the loop in the forward sweep, index of its reversal in the backward
+    sweep): a ``for`` loop's reversal runs over its variable, a ``while`` loop's over its count."""
+    from .loops import top_loops
+    fwd = dict(top_loops(gp.forward))
+    index = {id(s): k for k, s in enumerate(gp.forward)}
     out = {}
-    for s in forward:
-        if isinstance(s, For):
-            out[s.var.name] = (s, [t for t in walk(s.body) if t.__class__.__name__ == "Push"])
+    for key in keys:
+        loop = fwd.get(key)
+        if loop is None:
+            continue
+        if isinstance(loop, For):
+            back = lambda s, loop=loop: s.var is loop.var                    # noqa: E731
+        else:
+            counts = {t.dst.container for t in loop.body if isinstance(t, Assign) and t.accumulate}
+            back = lambda s, counts=counts: isinstance(s.stop, Read) and s.stop.ref.container in counts  # noqa: E731
+        bi = next((k for k, s in enumerate(gp.backward) if isinstance(s, For) and back(s)), None)
+        out[key] = (index[id(loop)], bi)
     return out
 
 

@@ -21,8 +21,8 @@ from math import comb
 import numpy as np
 
 SNAP, RESTORE, ADVANCE, RECORD, REVERSE = 0, 1, 2, 3, 4
-STORE_ALL, PERIODIC, BINOMIAL = 0, 1, 2
-KIND_NAMES = {STORE_ALL: "store_all", PERIODIC: "periodic", BINOMIAL: "binomial"}
+STORE_ALL, PERIODIC, BINOMIAL, ONLINE = 0, 1, 2, 3
+KIND_NAMES = {STORE_ALL: "store_all", PERIODIC: "periodic", BINOMIAL: "binomial", ONLINE: "online"}
 
 
 class _Actions:
@@ -202,6 +202,36 @@ def forward_advances(kind: int, T: int, param: int) -> int:
     taken the first snapshots (``split_forward``)."""
     rows, nf, _ = split_forward(schedule(kind, T, param))
     return count_advances(rows[nf:])
+
+
+def online_snapshots(c: int, T: int):
+    """Where the online schedule of a ``while`` loop with ``c`` (even) snapshot slots keeps its
+    snapshots after ``T`` iterations: ``(k, m)``, every ``k``-th iteration from 0, ``m`` of them.
+
+    Going forward it snapshots every k-th iteration (k = 1 first); when the slots are full it keeps
+    every other snapshot and doubles k, so at most ``c`` are kept whatever the count."""
+    k, m = 1, 0
+    for j in range(T):
+        if j % k == 0:
+            if m == c:
+                m, k = c // 2, 2 * k
+            if j % k == 0:
+                m += 1
+    return k, m
+
+
+def segment_rows(T: int, k: int, s: int, c: int, extra: int):
+    """The actions reversing segment ``s`` (iterations s*k .. min(T, s*k + k) - 1) of an online
+    schedule: a binomial schedule with ``extra`` snapshots over the segment, whose slot 0 is
+    the online snapshot ``s`` and whose other slots follow the ``c`` online ones. Returns
+    ``(rows, number of rows)``."""
+    start = int(s) * int(k)
+    rows = binomial(min(int(T), start + int(k)) - start, extra).copy()
+    moves = (rows[:, 0] == ADVANCE) | (rows[:, 0] == RECORD) | (rows[:, 0] == REVERSE)
+    rows[moves, 1:] += start
+    slots = (rows[:, 0] == SNAP) | (rows[:, 0] == RESTORE)
+    rows[slots, 1] = np.where(rows[slots, 1] == 0, int(s), int(c) + rows[slots, 1] - 1)
+    return rows, rows.shape[0]
 
 
 def schedule_rows(kind: int, T: int, param: int):

@@ -50,13 +50,14 @@ class Point:
                                if v in loop_memory)
 
 
-def build(gp, size, loops, backend="numpy"):
+def build(gp, size, positions, backend="numpy"):
     """The timeline of store-all gradient program ``gp``.
 
     ``size``: ``size(container)`` its bytes and
     ``size.dim(expr)`` an extent (None when unknown);
-    ``loops``: variable names of the planned top-level loops (their tapes are counted by the
-    plan, not here); ``backend``: "numpy" or "native".
+    ``positions``: per planned top-level loop (its key), the index of the loop in the forward
+    sweep and of its reversal in the backward sweep (their tapes are counted by the plan, not
+    here); ``backend``: "numpy" or "native".
     """
     fwd, bwd = list(gp.forward), list(gp.backward)
     stmts = fwd + bwd
@@ -64,9 +65,8 @@ def build(gp, size, loops, backend="numpy"):
     outputs = set(gp.grads.values())
     written = {w.container for s in walk(stmts) for w in stmt_writes(s)}
     planned_tapes = set()
-    for s in fwd:
-        if isinstance(s, For) and s.var.name in loops:
-            planned_tapes |= {t.tape for t in walk(s.body) if isinstance(t, Push)}
+    for fi, _ in positions.values():
+        planned_tapes |= {t.tape for t in walk(fwd[fi].body) if isinstance(t, Push)}
 
     tape_bytes = _top_tapes(stmts, size)
     from ..backends.numpy import buffered
@@ -94,7 +94,6 @@ def build(gp, size, loops, backend="numpy"):
             end = len(stmts)
         span[c] = (start, end)
 
-    positions = _loop_positions(fwd, bwd, loops)
     points = []
     for i, s in enumerate(stmts):
         live = [c for c, (a, b) in span.items() if a <= i <= b]
@@ -135,16 +134,6 @@ def _kind(s):
     if isinstance(s, For):
         return f"loop over {s.var.name}"
     return type(s).__name__.lower()
-
-
-def _loop_positions(fwd, bwd, loops):
-    """Loop variable -> (index of its forward loop, index of its reversed loop in ``bwd``)."""
-    out = {}
-    for v in loops:
-        fi = next((i for i, s in enumerate(fwd) if isinstance(s, For) and s.var.name == v), None)
-        bi = next((i for i, s in enumerate(bwd) if isinstance(s, For) and s.var.name == v), None)
-        out[v] = (fi, bi)
-    return out
 
 
 def _bytes(c, size, tape_bytes):
