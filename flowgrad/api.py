@@ -17,6 +17,7 @@ from .autodiff.forward import build_tangent
 from . import pipeline
 from .autodiff.reverse import build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
+from .checkpoint.values import recompute as recompute_values
 from .backends import native as native_backend
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError, UnsupportedError
@@ -105,7 +106,8 @@ def _gradient_program(prog, wrt, namer):
 class _Compiled:
     """One captured and compiled specialisation."""
 
-    def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None, uncompute=False, implicit_while=False):
+    def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None, uncompute=False, implicit_while=False,
+                 recompute=()):
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else \
             capture(fn, args, object_args=wrt_spec)
         self.layout = cap.result_layout
@@ -156,6 +158,9 @@ class _Compiled:
                                                             gp.containers, cap.namer, outputs, backend, mode,
                                                             gp.forward_containers))
         gp.forward, gp.backward = unit.sweeps["forward"], unit.sweeps["backward"]
+        if recompute:                   # the plan's values evaluated again where the backward sweep reads them
+            recompute_values(gp, recompute, cap.namer)
+            verify(gp.forward + gp.backward, gp.containers)
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
@@ -358,13 +363,13 @@ class _Transform:
             plan = self.plans[plan_key] = plan_program(entry.prog, entry.gp, env, self.memory_budget,
                                                        self.strategy, self.backend)
         kinds = {var: kind for var, kind in plan.key() if kind != 0}
-        if not kinds:
+        if not kinds and not plan.recompute:
             return entry, {}, plan
-        key = (self.cache_key(args), tuple(sorted(kinds.items())))
+        key = (self.cache_key(args), tuple(sorted(kinds.items())), plan.recompute)
         variant = self.cache.get(key)
         if variant is None:
             variant = _Compiled(self.fn, args, self.wrt_names(args)[0], self.backend, self.mode, kinds,
-                                self.allow_uncompute, self.implicit_while)
+                                self.allow_uncompute, self.implicit_while, plan.recompute)
             self.cache[key] = variant
         return variant, plan.params(), plan
 

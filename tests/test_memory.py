@@ -18,7 +18,7 @@ MiB = 2 ** 20
 
 def _one_point(groups, base=0):
     """Groups of (memory, cost) options all held at one moment: the timeline of a single point."""
-    items = [(f"v{k}", [(m, m, c) for m, c in g]) for k, g in enumerate(groups)]
+    items = [(f"v{k}", [({REVERSING: m}, c) for m, c in g]) for k, g in enumerate(groups)]
     return items, [Point(base, {v: REVERSING for v, _ in items}, ("backward", None, "loop"))]
 
 
@@ -32,8 +32,8 @@ def _worked_example(budget):
 def test_the_constraint_holds_at_every_point_of_the_timeline():
     """Loop a's tape is held while b runs (100 MiB live besides), b's only while it reverses:
     at 160 MiB a must shrink (a: 50 held + b: 0 + 100 base at the first point), b need not."""
-    items = [("a", [(50 * MiB, 50 * MiB, 0), (5 * MiB, 5 * MiB, 7)]),
-             ("b", [(40 * MiB, 40 * MiB, 0), (4 * MiB, 4 * MiB, 9)])]
+    items = [("a", [({HELD: 50 * MiB, REVERSING: 50 * MiB}, 0), ({HELD: 5 * MiB, REVERSING: 5 * MiB}, 7)]),
+             ("b", [({HELD: 40 * MiB, REVERSING: 40 * MiB}, 0), ({HELD: 4 * MiB, REVERSING: 4 * MiB}, 9)])]
     points = [Point(100 * MiB, {"a": HELD}, ("forward", None, "call")),
               Point(10 * MiB, {"a": HELD, "b": REVERSING}, ("backward", None, "loop")),
               Point(10 * MiB, {"a": REVERSING}, ("backward", None, "loop"))]
@@ -506,3 +506,52 @@ def test_online_schedule_reverses_every_iteration_once_within_its_slots(T, c, ex
             elif op == S.SNAP:
                 assert c <= a < c + extra                 # never over an online snapshot
     assert reversed_ == list(range(T - 1, -1, -1))
+
+
+# ---------------------------------------------------------------- values: store or recompute
+
+
+def deep(x, Ws):
+    h = x
+    for W in Ws:                          # a tuple of weights: unrolled, one top-level value per layer
+        h = np.tanh(h @ W)
+    return np.sum(h * h)
+
+
+def _deep_args(n=600, d=128, layers=8):
+    rng = np.random.default_rng(11)
+    return rng.standard_normal((n, d)), tuple(rng.standard_normal((d, d)) / 12 for _ in range(layers))
+
+
+def test_values_are_recomputed_under_a_budget_and_the_peak_follows():
+    args = _deep_args()
+    store = flowgrad.explain(deep, *args, wrt="Ws", backend="numpy")
+    ref = flowgrad.grad(deep, wrt="Ws", backend="numpy")(*args)
+    peaks = []
+    for where in (None, 0.5, 0.0):
+        budget = None if where is None else int(store.min_peak + where * (store.store_all_peak - store.min_peak)) + 1
+        g = flowgrad.grad(deep, wrt="Ws", backend="numpy", memory_budget=budget)
+        got = g(*args)
+        for a, b in zip(got, ref):
+            np.testing.assert_array_equal(a, b)           # the same operations, evaluated again
+        peak = _measured_peak(g, args)
+        peaks.append(peak)
+        if budget is not None:
+            plan = g.planned(args)[2]
+            assert plan.recompute and peak <= 1.1 * budget, (peak, budget, str(plan))
+    assert peaks == sorted(peaks, reverse=True) and peaks[-1] < 0.8 * peaks[0], peaks
+    # every other layer at the floor: a value evaluated again reads the one before it, kept
+    plan = flowgrad.explain(deep, *args, wrt="Ws", backend="numpy", memory_budget=int(store.min_peak) + 1)
+    again = [v for v in plan.values if v.decision.startswith("recomputed: evaluated again")]
+    assert len(again) == 4 and plan.extra_flops > 0
+
+
+def test_recompute_all_recomputes_values_it_may():
+    args = _deep_args(200, 64, 5)
+    g = flowgrad.grad(deep, wrt="Ws", backend="numpy", strategy="recompute_all")
+    ref = flowgrad.grad(deep, wrt="Ws", backend="numpy")(*args)
+    for a, b in zip(g(*args), ref):
+        np.testing.assert_array_equal(a, b)
+    d = np.random.default_rng(2).standard_normal(args[1][2].shape)          # the oracle: differences
+    moved = lambda eps: deep(args[0], args[1][:2] + (args[1][2] + eps * d,) + args[1][3:])  # noqa: E731
+    assert np.sum(ref[2] * d) == pytest.approx((moved(1e-6) - moved(-1e-6)) / 2e-6, rel=1e-6)

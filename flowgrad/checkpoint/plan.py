@@ -21,6 +21,7 @@ from ..ir.core import (Assign, Call, Const, For, If, Op, Read, While, iter_reads
                        stmt_writes, walk)
 from . import schedules as S
 from . import timeline as TL
+from . import values as V
 from .timeline import HELD, REVERSING
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -217,8 +218,10 @@ class Plan:
         self.strategy = "store_all"
         self.notes = []
         self.points = []         # the allocation timeline (``timeline.Point``)
-        self.memory = {}         # loop var -> (held, reversing) bytes of the chosen option
+        self.memory = {}         # decision key -> bytes by phase of the chosen option
         self.values = []         # ``Value`` per forward value the backward sweep needs
+        self.recompute = ()      # names of the values evaluated again in the backward sweep
+        self.value_flops = {}    # value name -> FLOPs evaluating it again costs
 
     def loop_plan(self, param_containers):
         """``build_reverse``'s loop_plan: loop key -> (kind, parameter container)."""
@@ -245,9 +248,8 @@ class Plan:
         xs = np.arange(len(self.points))
         layers = [("arrays and temporaries", [p.base / mib for p in self.points])]
         for v, mem in self.memory.items():
-            layers.append((f"loop over {v}: tape / snapshots",
-                           [(mem[0] if p.phases.get(v) == HELD else mem[1] if p.phases.get(v) == REVERSING else 0)
-                            / mib for p in self.points]))
+            layers.append((f"{v}: tape / snapshots" if v in {c.key for c, *_ in self.loops} else f"value {v}",
+                           [mem.get(p.phases.get(v), 0) / mib for p in self.points]))
         fig, ax = plt.subplots(figsize=(8, 4))
         ax.stackplot(xs, *[ys for _, ys in layers], labels=[name for name, _ in layers], step="mid", alpha=0.8)
         if self.budget is not None:
@@ -266,7 +268,7 @@ class Plan:
 
     @property
     def extra_flops(self):
-        return sum(f for *_, f in self.loops)
+        return sum(f for *_, f in self.loops) + sum(self.value_flops[k] for k in self.recompute)
 
     def __str__(self):
         lines = [f"memory plan ({self.strategy})"]
@@ -300,61 +302,85 @@ def schedule_text(kind, param):
             S.ONLINE: f"online schedule with {param} + {param} snapshots"}[kind]
 
 
-def solve(items, budget, points):
+class _Program:
+    """The 0/1 program's matrices: one variable per option of each decision (``solve``); one
+    memory row per distinct set of phases on the timeline, with its largest base."""
+
+    def __init__(self, items, points, exclusive=()):
+        from scipy.optimize import LinearConstraint
+        rows = TL.rows(points)
+        self.items, self.n = items, sum(len(opts) for _, opts in items)
+        self.base = np.array(list(rows.values()), dtype=float)
+        self.cost = np.zeros(self.n)
+        onehot = np.zeros((len(items), self.n))
+        self.A = np.zeros((len(rows), self.n))
+        k = 0
+        for gi, (var, opts) in enumerate(items):
+            for memory, c in opts:
+                self.cost[k] = c
+                onehot[gi, k] = 1
+                for ri, key in enumerate(rows):
+                    self.A[ri, k] = memory.get(dict(key).get(var), 0)
+                k += 1
+        self.scale = max(1.0, float(np.max(np.abs(self.A))) if self.A.size else 1.0)
+        self.cons = [LinearConstraint(onehot, 1, 1)]
+        if exclusive:
+            first = np.cumsum([0] + [len(opts) for _, opts in items])
+            pairs = np.zeros((len(exclusive), self.n))
+            for r, ((g1, o1), (g2, o2)) in enumerate(exclusive):
+                pairs[r, first[g1] + o1] = pairs[r, first[g2] + o2] = 1
+            self.cons.append(LinearConstraint(pairs, -np.inf, 1))
+
+    def minimum(self):
+        """The smallest peak any choice reaches: minimise p with every row's memory <= p."""
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        if not self.n:
+            return float(max(self.base, default=0))
+        A = np.hstack([self.A / self.scale, -np.ones((len(self.base), 1))])
+        cons = [LinearConstraint(np.hstack([c.A, np.zeros((c.A.shape[0], 1))]), c.lb, c.ub) for c in self.cons]
+        cons.append(LinearConstraint(A, -np.inf, -self.base / self.scale))
+        objective = np.zeros(self.n + 1)
+        objective[-1] = 1
+        res = milp(objective, constraints=cons, integrality=np.r_[np.ones(self.n), 0],
+                   bounds=Bounds(np.r_[np.zeros(self.n), -np.inf], np.r_[np.ones(self.n), np.inf]))
+        x = np.round(res.x[:-1])
+        return float(np.max(self.base + self.A @ x))
+
+    def choose(self, budget):
+        """The cheapest choice within ``budget`` (an option index per decision), or None."""
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        cons = self.cons + [LinearConstraint(self.A / self.scale, -np.inf, (budget - self.base) / self.scale)]
+        tie = self.A.max(axis=0) / self.scale * 1e-9 * max(1.0, float(np.max(self.cost)))   # equal cost: less memory
+        res = milp(self.cost + tie, constraints=cons, integrality=np.ones(self.n), bounds=Bounds(0, 1))
+        if not res.success:
+            return None
+        x = np.round(res.x).astype(int)
+        choice, k = [], 0
+        for _, opts in self.items:
+            choice.append(next(j for j in range(len(opts)) if x[k + j]))
+            k += len(opts)
+        return choice
+
+
+def solve(items, budget, points, exclusive=()):
     """The 0/1 program shared by every planner.
 
-    ``items``: per planned loop ``(var, options)``, each option ``(held, reversing, cost)``, of
-    which exactly one is chosen; ``points``: the timeline (``timeline.Point``). Minimise total
-    cost subject to the memory at every point staying within ``budget``. Returns the chosen
-    option index per loop, or raises FlowgradError naming the minimum budget.
+    ``items``: per decision (a loop's schedule, a value stored or recomputed) ``(key, options)``,
+    each option ``(memory, cost)`` with ``memory`` its bytes by phase (``timeline``: a point's
+    phase of that key), of which exactly one is chosen; ``points``: the timeline. Minimise total
+    cost subject to the memory at every point staying within ``budget``, and to at most one of each
+    pair in ``exclusive`` (``((decision, option), (decision, option))``). Returns the chosen
+    option index per decision, or raises FlowgradError naming the minimum budget.
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    rows = TL.rows(points)
-    minimum = _minimum(items, rows)
-    if minimum > budget:
-        raise FlowgradError(_infeasible(budget, minimum))
-    if not items:
-        return []
-    n = sum(len(opts) for _, opts in items)
-    cost = np.zeros(n)
-    onehot = np.zeros((len(items), n))
-    A = np.zeros((len(rows), n))
-    ub = np.zeros(len(rows))
-    k = 0
-    for gi, (var, opts) in enumerate(items):
-        for held, reversing, c in opts:
-            cost[k] = c
-            onehot[gi, k] = 1
-            for ri, (key, base) in enumerate(rows.items()):
-                phase = dict(key).get(var)
-                A[ri, k] = held if phase == HELD else reversing if phase == REVERSING else 0
-            k += 1
-    for ri, (key, base) in enumerate(rows.items()):
-        ub[ri] = budget - base
-    scale = max(1.0, float(np.max(np.abs(A))) if A.size else 1.0)
-    cons = [LinearConstraint(onehot, 1, 1), LinearConstraint(A / scale, -np.inf, ub / scale)]
-    tie = A.max(axis=0) / scale * 1e-9 * max(1.0, float(np.max(cost)))     # equal cost: less memory
-    res = milp(cost + tie, constraints=cons, integrality=np.ones(n), bounds=Bounds(0, 1))
-    if not res.success:
-        raise FlowgradError(_infeasible(budget, minimum))
-    x = np.round(res.x).astype(int)
-    choice, k = [], 0
-    for _, opts in items:
-        choice.append(next(j for j in range(len(opts)) if x[k + j]))
-        k += len(opts)
-    return choice
-
-
-def _minimum(items, rows):
-    """The smallest peak any choice reaches: each loop's smallest memory in each phase (the
-    smallest options hold and reverse in the least)."""
-    least = {var: (min(o[0] for o in opts), min(o[1] for o in opts)) for var, opts in items}
-    return max((base + sum(least[v][0 if ph == HELD else 1] for v, ph in key if v in least)
-                for key, base in rows.items()), default=0)
+    program = _Program(items, points, exclusive)
+    choice = program.choose(budget) if items and max(program.base, default=0) <= budget else None
+    if choice is None and items or not items and max(program.base, default=0) > budget:
+        raise FlowgradError(_infeasible(budget, program.minimum()))
+    return choice or []
 
 
 def peak_of(points, memory):
-    """The largest memory on the timeline given ``memory``: loop var -> (held, reversing)."""
+    """The largest memory on the timeline given ``memory``: key -> bytes by phase."""
     return max((p.total(memory) for p in points), default=0)
 
 
@@ -405,31 +431,52 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
         except _Unknown:
             flops = sum(stmt_flops(s, lenv) for s in loop.body)
         cands.append(LoopCandidate(key, loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
-    plan.points, replay = TL.build(gp, Sizer(env), _positions(gp, [c.key for c in cands]), backend)
+    sizer = Sizer(env)
+    found = V.candidates(gp, sizer, lambda s: stmt_flops(s, env)) if backend == "numpy" else []
+    plan.points, replay, recomputable = TL.build(gp, sizer, _positions(gp, [c.key for c in cands]), backend,
+                                                 [(key, c, chain) for key, c, chain, _ in found])
     for c in cands:
         c.replay_bytes = replay.get(c.key, 0)
     # per loop: its options the timeline can count (a while loop's store-all cannot be)
     allowed = [[j for j, o in enumerate(c.options()) if o[2] is not None] for c in cands]
-    items = [(c.key, [(c.options()[j][3], c.options()[j][2], c.options()[j][4]) for j in js])
-             for c, js in zip(cands, allowed)]
-    plan.store_all_peak = peak_of(plan.points, {c.key: c.options()[0][2:4][::-1] for c in cands
-                                                if c.options()[0][2] is not None})
-    plan.min_peak = _minimum(items, TL.rows(plan.points))
+    items = [(c.key, [(_phases(c.options()[j]), c.options()[j][4]) for j in js]) for c, js in zip(cands, allowed)]
+    # per value: kept (option 0) or evaluated again (option 1)
+    values = [(key, c, flops) for key, c, _, flops in found if key in recomputable]
+    items += [(key, [({TL.GAP: recomputable[key][0], TL.AGAIN: recomputable[key][0]}, 0),
+                     ({TL.AGAIN: sum(recomputable[key][:2])}, flops)]) for key, _, flops in values]
+    # evaluating a value again reads what its definition read: not both it and one of those
+    # recomputed later (that one is not there yet)
+    at = {c: (len(cands) + k, recomputable[key][2]) for k, (key, c, _) in enumerate(values)}
+    exclusive = [((at[c][0], 1), (at[u][0], 1)) for key, c, _ in values for u in recomputable[key][3]
+                 if u in at and at[u][1] > at[c][1]]
+    plan.store_all_peak = peak_of(plan.points, {key: opts[0][0] for key, opts in items
+                                                if key not in {c.key for c in cands}} |
+                                  {c.key: _phases(c.options()[0]) for c in cands if c.options()[0][2] is not None})
+    plan.min_peak = _Program(items, plan.points, exclusive).minimum()
     if strategy == "store_all":
-        choice = [0] * len(cands)
+        choice = [0] * len(items)
     elif strategy == "recompute_all":
-        choice = [_logarithmic(c) for c in cands]
+        conflicts = {frozenset((i, j)) for (i, _), (j, _) in exclusive}
+        chosen = set()              # every value it may: none excluded by one already chosen
+        for k in range(len(cands), len(items)):
+            if not any(frozenset((k, j)) in conflicts for j in chosen):
+                chosen.add(k)
+        choice = [_logarithmic(c) for c in cands] + [int(k in chosen) for k in range(len(cands), len(items))]
     else:
-        choice = [js[j] for js, j in zip(allowed, solve(items, budget if budget is not None else float("inf"),
-                                                          plan.points))]
+        picked = solve(items, budget if budget is not None else float("inf"), plan.points, exclusive)
+        choice = [js[j] for js, j in zip(allowed, picked)] + picked[len(cands):]
     for cand, j in zip(cands, choice):
         kind, param, mem, _, flops = cand.options()[j]
         plan.loops.append((cand, kind, param, mem, flops))
         if mem is None:
             _unplanned(plan, cand.loop, "storing every iteration of a while loop, whose count is not known "
                                         "before it runs")
-    plan.memory = {cand.key: (cand.options()[j][3], cand.options()[j][2]) for cand, j in zip(cands, choice)
+    plan.memory = {cand.key: _phases(cand.options()[j]) for cand, j in zip(cands, choice)
                    if cand.options()[j][2] is not None}
+    for (key, opts), j in zip(items[len(cands):], choice[len(cands):]):
+        plan.memory[key] = opts[j][0]
+    plan.recompute = tuple(sorted(key for (key, _, _), j in zip(values, choice[len(cands):]) if j == 1))
+    plan.value_flops = {key: flops for key, _, flops in values}
     plan.peak = peak_of(plan.points, plan.memory)
     plan.values = _values(prog, gp, Sizer(env), plan)
     return plan
@@ -492,7 +539,10 @@ def _values(prog, gp, size, plan):
             made.setdefault(w.container, getattr(t, "loc", None))
     for c in gp.forward_containers:
         if c.kind == "transient" and c.ndim and c in used_back and c in made:
-            out.append(Value(c.name, size(c) or 0, made[c], "kept alive from the forward sweep to the backward"))
+            how = f"recomputed: evaluated again where the backward sweep first reads it " \
+                f"(+{plan.value_flops[c.name]:.3g} FLOPs)" if c.name in plan.recompute else \
+                "kept alive from the forward sweep to the backward"
+            out.append(Value(c.name, size(c) or 0, made[c], how))
     for s in walk(prog.body):
         if isinstance(s, Call) and s.op == "fixed_point":
             out.append(Value(s.outputs[0].name, size(s.outputs[0]) or 0, s.loc,
@@ -508,6 +558,12 @@ def nbytes_of(ref, size):
             raise _Unknown(ref.container.name)
         n *= v
     return n
+
+
+def _phases(option):
+    """A loop option's memory by timeline phase: its snapshots (or tape) held, and its memory while
+    it is reversed."""
+    return {HELD: option[3], REVERSING: option[2]}
 
 
 def _unplanned(plan, loop, why):

@@ -26,8 +26,12 @@ from ..ir.elements import INFIX
 # (``NPY_MIN_ELIDE_BYTES``); a smaller temporary is copied.
 _ELIDE_BYTES = 256 * 1024
 _OPERATORS = set(INFIX) | {"negative"}      # written as Python operators, which NumPy may elide
+_COMMUTATIVE = {"add", "multiply"}
 
 HELD, REVERSING = "held", "reversing"
+# a value the backward sweep reads: between its last forward use and its first backward one
+# (GAP) only storing holds it; at that first use (AGAIN) recomputing it also evaluates it there
+GAP, AGAIN = "gap", "again"
 
 # Bytes besides the data: each entry of a NumPy-backend tape is an array object in a list; and
 # the interpreter's own objects during a call (frames, views, scalars), an allowance.
@@ -44,25 +48,32 @@ class Point:
     def __init__(self, base, phases, what):
         self.base, self.phases, self.what = base, phases, what
 
-    def total(self, loop_memory):
-        """Bytes here given ``loop_memory``: loop variable -> (held bytes, reversing bytes)."""
-        return self.base + sum(loop_memory[v][0 if ph == HELD else 1] for v, ph in self.phases.items()
-                               if v in loop_memory)
+    def total(self, memory):
+        """Bytes here given ``memory``: per decision key, the chosen option's bytes by phase."""
+        return self.base + sum(memory[k].get(ph, 0) for k, ph in self.phases.items() if k in memory)
 
 
-def build(gp, size, positions, backend="numpy"):
+def build(gp, size, positions, backend="numpy", values=()):
     """The timeline of store-all gradient program ``gp``.
 
     ``size``: ``size(container)`` its bytes and
     ``size.dim(expr)`` an extent (None when unknown);
     ``positions``: per planned top-level loop (its key), the index of the loop in the forward
     sweep and of its reversal in the backward sweep (their tapes are counted by the plan, not
-    here); ``backend``: "numpy" or "native".
+    here); ``backend``: "numpy" or "native"; ``values``: forward arrays the backward sweep reads
+    that could be recomputed there instead of kept (the NumPy backend only: native code keeps
+    every array). A value is ``(key, container, chain)``, ``chain`` the indices in the forward sweep of the
+    definitions evaluating it again (``values.candidates``).
+
+    Returns ``(points, replay bytes per loop, values)``, ``values``: key -> ``(bytes, bytes of
+    evaluating it again besides, the point where it would be, the arrays that reads)`` for those
+    that can be (what they read is live there, kept); their GAP and AGAIN phases are on the
+    points, their bytes there off the base.
     """
     fwd, bwd = list(gp.forward), list(gp.backward)
     stmts = fwd + bwd
     n_fwd = len(fwd)
-    outputs = set(gp.grads.values())
+    outputs = {g for c, g in gp.grads.items() if c.kind == "arg"}        # the gradients returned
     written = {w.container for s in walk(stmts) for w in stmt_writes(s)}
     planned_tapes = set()
     for fi, _ in positions.values():
@@ -70,7 +81,8 @@ def build(gp, size, positions, backend="numpy"):
 
     tape_bytes = _top_tapes(stmts, size)
     from ..backends.numpy import buffered
-    made_early = buffered(stmts)[1] | buffered(bwd)[1]
+    # made at entry: in the forward function, or (those the backward sweep alone uses) in the pullback
+    made_early = buffered(stmts)[1] | (buffered(bwd)[1] - {c for t in walk(fwd) for c in stmt_containers(t)})
     first, last = {}, {}
     for i, s in enumerate(stmts):
         for t in walk([s]):
@@ -94,13 +106,18 @@ def build(gp, size, positions, backend="numpy"):
             end = len(stmts)
         span[c] = (start, end)
 
+    recomputable = {} if native else _recomputable(stmts, n_fwd, span, values, size)
     points = []
     for i, s in enumerate(stmts):
         live = [c for c, (a, b) in span.items() if a <= i <= b]
         held = sum(_bytes(c, size, tape_bytes) for c in live)
+        phases = {}
+        for key, (c, last_fwd, again, _, _) in recomputable.items():
+            if last_fwd < i <= again:
+                held -= _bytes(c, size, tape_bytes)
+                phases[key] = AGAIN if i == again else GAP
         scratch = 0 if native and not isinstance(s, (For, While, If)) else \
             _scratch(s, {c for c in live if span[c][0] < i}, size, native)
-        phases = {}
         for v, (fi, bi) in positions.items():
             if fi is None:
                 continue
@@ -110,7 +127,30 @@ def build(gp, size, positions, backend="numpy"):
                 phases[v] = REVERSING
         sweep = "forward" if i < n_fwd else "backward"
         points.append(Point(held + scratch + CALL_BYTES, phases, (sweep, getattr(s, "loc", None), _kind(s))))
-    return points, _recompute_bytes(fwd, n_fwd, positions, span, size, native)
+    return points, _recompute_bytes(fwd, n_fwd, positions, span, size, native), \
+        {key: (size(c) or 0, extra, again, inputs) for key, (c, _, again, extra, inputs) in recomputable.items()}
+
+
+def _recomputable(stmts, n_fwd, span, values, size):
+    """key -> (container, its last forward use, its first backward use, the bytes of evaluating
+    it again there besides its own: its chain's other arrays and the largest temporaries) for
+    each value whose chain reads only arrays live there."""
+    out = {}
+    for key, c, chain in values:
+        if c not in span:
+            continue
+        uses = [i for i, s in enumerate(stmts) if any(c in stmt_containers(t) for t in walk([s]))]
+        back = [i for i in uses if i >= n_fwd]
+        if not back:
+            continue
+        last_fwd, again = max(i for i in uses if i < n_fwd), back[0]
+        made = {w.container for k in chain for w in stmt_writes(stmts[k])}
+        inputs = {r.ref.container for k in chain for r in stmt_reads(stmts[k])} - made
+        if any(x in span and not span[x][0] <= again <= span[x][1] for x in inputs):
+            continue
+        extra = sum(size(x) or 0 for x in made - {c}) + max(_scratch(stmts[k], set(), size, False) for k in chain)
+        out[key] = (c, last_fwd, again, extra, inputs)
+    return out
 
 
 def _recompute_bytes(fwd, n_fwd, positions, span, size, native):
@@ -216,8 +256,10 @@ def _expr(e, size):
         held += r
         results.append(r)
     res = _shape_bytes(e, size) if e.shape else 0
-    if e.name in _OPERATORS and res >= _ELIDE_BYTES and res in results:
-        return max(peak, held), res          # NumPy computes into the operand's temporary
+    # NumPy computes into an operand's temporary: the left one's, or either of a commutative operator
+    reusable = results if e.name in _COMMUTATIVE else results[:1]
+    if e.name in _OPERATORS and res >= _ELIDE_BYTES and res in reusable:
+        return max(peak, held), res
     return max(peak, held + res), res
 
 

@@ -826,6 +826,8 @@ class _Renamer:
             return Read(self.ref(e.ref))
         if isinstance(e, Op):
             return Op(e.name, tuple(self.expr(a) for a in e.args), e.dtype, tuple(self.expr(d) for d in e.shape))
+        if isinstance(e, Take):
+            return Take(self.ref(e.source), [self.expr(i) for i in e.index])
         if isinstance(e, Const):
             return e
         raise ValueError(f"cannot rename in {type(e).__name__}")
