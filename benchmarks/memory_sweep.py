@@ -37,8 +37,18 @@ DEFAULT = "nonlinear_diffusion_2d,vadv,adi"
 SLACK = 0.10            # the measured peak may exceed the budget by this fraction at most
 
 
+def resident():
+    """The process's resident memory in bytes (Linux ``/proc/self/statm``), else 0."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class Sampler:
-    """Traced memory sampled every ``every`` seconds while a call runs: (seconds, bytes) pairs."""
+    """Traced and resident memory sampled every ``every`` seconds while a call runs: (seconds,
+    traced bytes, resident bytes) above what they were at the start."""
 
     def __init__(self, every=0.002):
         self.every, self.samples, self._stop = every, [], threading.Event()
@@ -46,13 +56,15 @@ class Sampler:
     def __enter__(self):
         self.t0 = time.perf_counter()
         self.base = tracemalloc.get_traced_memory()[0]
+        self.rss = resident()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
 
     def _run(self):
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter() - self.t0, tracemalloc.get_traced_memory()[0] - self.base))
+            self.samples.append((time.perf_counter() - self.t0, tracemalloc.get_traced_memory()[0] - self.base,
+                                 resident() - self.rss))
             time.sleep(self.every)
 
     def __exit__(self, *exc):
@@ -104,8 +116,9 @@ def sweep(name, points, size):
         same = all(np.array_equal(a, b) for a, b in zip(ref, grads))
         sched = "; ".join(KIND_NAMES[k] + (f"({p})" if k else "") for _, k, p, _, _ in plan.loops) \
             if plan else "store_all"
+        rss = max((x[2] for x in samples), default=0)
         rows.append(dict(budget=budget, predicted=plan.peak if plan else store.peak, peak=peak, secs=secs,
-                         sched=sched, same=same, samples=samples))
+                         sched=sched, same=same, samples=samples, rss=rss))
         print(f"{name}: budget {fmt_bytes(budget) if budget else 'none':>10}  predicted "
               f"{fmt_bytes(rows[-1]['predicted']):>10}  measured {fmt_bytes(peak):>10}  {secs:8.3f} s  "
               f"{sched:28s} identical={same}", flush=True)
@@ -121,12 +134,13 @@ def report(name, mod, args, store, W, parts, rows):
              " + ".join(f"{k} {fmt_bytes(v)}" for k, v in parts.items()) + ". " +
              f"Smallest budget accepted (floor): **{fmt_bytes(floor)}**, **{floor / W:.2f}x** the working set "
              f"(target 1.5x).", "",
-             "| budget | predicted peak | measured peak | measured / budget | time (s) | time / store-all | "
-             "schedule | gradient identical |", "|---|---|---|---|---|---|---|---|"]
+             "| budget | predicted peak | measured peak | measured / budget | resident growth (sampled) | "
+             "time (s) | time / store-all | schedule | gradient identical |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "" if r["budget"] is None else f"{r['peak'] / r['budget']:.3f}"
         lines.append(f"| {fmt_bytes(r['budget']) if r['budget'] else 'none (store all)'} | "
-                     f"{fmt_bytes(r['predicted'])} | {fmt_bytes(r['peak'])} | {ratio} | {r['secs']:.3f} | "
+                     f"{fmt_bytes(r['predicted'])} | {fmt_bytes(r['peak'])} | {ratio} | {fmt_bytes(r['rss'])} | "
+                     f"{r['secs']:.3f} | "
                      f"{r['secs'] / base_time:.2f} | {r['sched']} | {r['same']} |")
     peaks = [r["peak"] for r in rows]
     # the same plan measures the same up to the interpreter's own small allocations
@@ -134,8 +148,10 @@ def report(name, mod, args, store, W, parts, rows):
     within = all(r["budget"] is None or r["peak"] <= (1 + SLACK) * r["budget"] for r in rows)
     worst = max((r["peak"] / r["budget"] for r in rows if r["budget"]), default=0.0)
     same = all(r["same"] for r in rows)
+    rss = max((r["rss"] / r["budget"] for r in rows if r["budget"]), default=0.0)
     lines += ["", f"Within {SLACK:.0%} of the budget at every budget: {'yes' if within else 'NO'} "
-              f"(largest measured / budget: {worst:.3f}). Measured peak falls monotonically (to 1%): "
+              f"(largest measured / budget: {worst:.3f}; resident growth / budget: at most {rss:.3f}). "
+              "Measured peak falls monotonically (to 1%): "
               f"{'yes' if monotone else 'NO'}. All gradients identical to store-all: {'yes' if same else 'NO'}.", ""]
     ok = monotone and within and same and floor <= 1.5 * W
     return lines, ok
@@ -150,7 +166,7 @@ def plot(name, rows, path):
     for r in rows:
         if not r["samples"]:
             continue
-        t, m = zip(*r["samples"])
+        t, m, _ = zip(*r["samples"])
         label = fmt_bytes(r["budget"]) if r["budget"] else "store all"
         line, = ax.plot(t, np.array(m) / mib, lw=1, label=label)
         if r["budget"]:
@@ -182,8 +198,11 @@ def main(argv=None) -> int:
     opts = ap.parse_args(argv)
     lines = ["# Memory budget sweeps (numpy backend)", "",
              "Measured peak: `tracemalloc` peak of one gradient call above what was live before it (NumPy's "
-             "array buffers and Python's objects). Budgets run from the store-all peak down to the floor, "
-             f"the smallest the planner accepts. Target: measured within {SLACK:.0%} of the budget at every "
+             "array buffers and Python's objects). Resident growth: the process's resident memory "
+             "(`/proc/self/statm`) sampled every 2 ms during the call, its largest rise above the start "
+             "(samples can miss a short peak; large arrays are mapped and unmapped, so it follows them). "
+             "Budgets run from the store-all peak down to the floor, the smallest the planner accepts. "
+             f"Target: measured within {SLACK:.0%} of the budget at every "
              "budget, the floor within 1.5x of the measured minimal working set, peak falling monotonically, "
              "gradients bit-identical (uncompute off).", ""]
     all_ok = True

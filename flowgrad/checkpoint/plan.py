@@ -349,6 +349,8 @@ class _Program:
     def choose(self, budget):
         """The cheapest choice within ``budget`` (an option index per decision), or None."""
         from scipy.optimize import Bounds, LinearConstraint, milp
+        if not self.n:
+            return []
         cons = self.cons + [LinearConstraint(self.A / self.scale, -np.inf, (budget - self.base) / self.scale)]
         tie = self.A.max(axis=0) / self.scale * 1e-9 * max(1.0, float(np.max(self.cost)))   # equal cost: less memory
         res = milp(self.cost + tie, constraints=cons, integrality=np.ones(self.n), bounds=Bounds(0, 1))
@@ -373,10 +375,10 @@ def solve(items, budget, points, exclusive=()):
     option index per decision, or raises FlowgradError naming the minimum budget.
     """
     program = _Program(items, points, exclusive)
-    choice = program.choose(budget) if items and max(program.base, default=0) <= budget else None
-    if choice is None and items or not items and max(program.base, default=0) > budget:
+    choice = program.choose(budget) if max(program.base, default=0) <= budget else None
+    if choice is None:
         raise FlowgradError(_infeasible(budget, program.minimum()))
-    return choice or []
+    return choice
 
 
 def peak_of(points, memory):

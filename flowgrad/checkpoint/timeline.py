@@ -62,8 +62,8 @@ def build(gp, size, positions, backend="numpy", values=()):
     sweep and of its reversal in the backward sweep (their tapes are counted by the plan, not
     here); ``backend``: "numpy" or "native"; ``values``: forward arrays the backward sweep reads
     that could be recomputed there instead of kept (the NumPy backend only: native code keeps
-    every array). A value is ``(key, container, chain)``, ``chain`` the indices in the forward sweep of the
-    definitions evaluating it again (``values.candidates``).
+    every array), each ``(key, container, chain)``, ``chain`` the indices in the forward sweep
+    of the definitions evaluating it again (``values.candidates``).
 
     Returns ``(points, replay bytes per loop, values)``, ``values``: key -> ``(bytes, bytes of
     evaluating it again besides, the point where it would be, the arrays that reads)`` for those
