@@ -132,29 +132,33 @@ def apply(forward, backward, loop: For, kind: int, param: Container, state, name
     def steps(body, start, stop, reverse=False):
         return [For(j, start, stop, 1, [setvar] + list(body), reverse=reverse, loc=loop.loc)]
 
-    def when(code, stmts):
-        return If(op("equal", scalar(act), code), stmts)
-
-    def dispatch(actions):
-        return [Assign(Ref(act, ()), Read(Ref(sched, [Index(scalar(q)), Index(0)]))),
-                Assign(Ref(a, ()), Read(Ref(sched, [Index(scalar(q)), Index(1)]))),
-                Assign(Ref(b, ()), Read(Ref(sched, [Index(scalar(q)), Index(2)])))] + actions
-
-    snap = when(S.SNAP, [Assign(_slot(snaps[c], c, scalar(a)), _whole(c)) for c in state])
-    advance = when(S.ADVANCE, steps(loop.body, scalar(a), scalar(b)))
+    snap, restore = _snapshots(snaps, state, scalar(a))
+    advance = (S.ADVANCE, steps(loop.body, scalar(a), scalar(b)))
     # the forward sweep takes the schedule's first snapshots as it goes (``split_forward``)
     pre.append(Call("ckpt_schedule", [kind_c, scalar(trips), scalar(param)], [sched, rows, nf, at]))
-    forward[fi:fi + 1] = pre + [For(q, 0, scalar(nf), 1, dispatch([snap, advance]), loc=loop.loc)] + \
-        steps(loop.body, scalar(at), scalar(trips))
-    backward[bi:bi + 1] = [For(q, scalar(nf), scalar(rows), 1, dispatch([
-        snap,
-        when(S.RESTORE, [Assign(Ref(c) if c.ndim else Ref(c, ()), Read(_slot(snaps[c], c, scalar(a))))
-                         for c in state]),
-        advance,
-        when(S.RECORD, steps(recorded_body, scalar(a), scalar(b))),
-        when(S.REVERSE, steps(reversed_body, scalar(a), scalar(b), reverse=True)),
+    forward[fi:fi + 1] = pre + [For(q, 0, scalar(nf), 1, _actions(sched, q, act, a, b, [snap, advance]),
+                                    loc=loop.loc)] + steps(loop.body, scalar(at), scalar(trips))
+    backward[bi:bi + 1] = [For(q, scalar(nf), scalar(rows), 1, _actions(sched, q, act, a, b, [
+        snap, restore, advance,
+        (S.RECORD, steps(recorded_body, scalar(a), scalar(b))),
+        (S.REVERSE, steps(reversed_body, scalar(a), scalar(b), reverse=True)),
     ]), loc=loop.loc)]
     return trips, nslots
+
+
+def _actions(sched, q, act, a, b, cases):
+    """Row ``q`` of a schedule read into ``act, a, b``, then the statements of the case ``act``
+    names (``cases``: (action code, statements))."""
+    def field(k):
+        return Read(Ref(sched, [Index(scalar(q)), Index(k)]))
+    return [Assign(Ref(act), field(0)), Assign(Ref(a), field(1)), Assign(Ref(b), field(2))] + \
+        [If(op("equal", scalar(act), code), stmts) for code, stmts in cases]
+
+
+def _snapshots(snaps, state, slot):
+    """The SNAP and RESTORE cases: the loop state into slot ``slot`` of its snapshots, and back."""
+    return ((S.SNAP, [Assign(_slot(snaps[c], c, slot), _whole(c)) for c in state]),
+            (S.RESTORE, [Assign(Ref(c), Read(_slot(snaps[c], c, slot))) for c in state]))
 
 
 def apply_online(forward, backward, loop: While, counter: Container, param: Container, state, namer, containers,
@@ -209,22 +213,15 @@ def apply_online(forward, backward, loop: While, counter: Container, param: Cont
         return [For(j, scalar(a), scalar(b), 1, [Assign(Ref(trip), scalar(j))] + list(body), reverse=reverse,
                     loc=loop.loc)]
 
-    def when(code, stmts):
-        return If(op("equal", scalar(act), code), stmts)
-
     backward[bi:bi + 1] = [For(seg, 0, scalar(taken), 1, [
         Call("ckpt_segment", [scalar(counter), scalar(every), scalar(seg), scalar(param), scalar(param)],
              [sched, rows]),
-        For(q, 0, scalar(rows), 1, [
-            Assign(Ref(act), Read(Ref(sched, [Index(scalar(q)), Index(0)]))),
-            Assign(Ref(a), Read(Ref(sched, [Index(scalar(q)), Index(1)]))),
-            Assign(Ref(b), Read(Ref(sched, [Index(scalar(q)), Index(2)]))),
-            when(S.SNAP, [Assign(_slot(snaps[c], c, scalar(a)), _whole(c)) for c in state]),
-            when(S.RESTORE, [Assign(Ref(c), Read(_slot(snaps[c], c, scalar(a)))) for c in state]),
-            when(S.ADVANCE, steps(loop.body)),
-            when(S.RECORD, steps(recorded_body)),
-            when(S.REVERSE, steps(reversed_body, reverse=True)),
-        ], loc=loop.loc)], reverse=True, loc=loop.loc)]
+        For(q, 0, scalar(rows), 1, _actions(sched, q, act, a, b, [
+            *_snapshots(snaps, state, scalar(a)),
+            (S.ADVANCE, steps(loop.body)),
+            (S.RECORD, steps(recorded_body)),
+            (S.REVERSE, steps(reversed_body, reverse=True)),
+        ]), loc=loop.loc)], reverse=True, loc=loop.loc)]
 
 
 def _whole(c):
