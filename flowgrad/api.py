@@ -657,14 +657,52 @@ def vjp(fn, *args, wrt=None, backend=None, implicit_while=False):
     Returns:
       ``(result, pullback)``; ``pullback(cotangent)`` (a cotangent of the result's structure)
       returns a tuple with one gradient per ``wrt`` entry, the vector-Jacobian product
-      ``cotangent^T J``; a pytree argument's gradient has its structure.
+      ``cotangent^T J``; a pytree argument's gradient has its structure. The pullback pickles
+      (a ``Pullback``): it carries ``fn``, copies of the arguments and the options, and runs the
+      forward sweep again in the process that unpickles it, on its first call.
 
     Example:
       >>> out, pull = flowgrad.vjp(f, A, wrt="A")                  # doctest: +SKIP
       >>> (gA,) = pull(np.ones_like(out))                          # doctest: +SKIP
     """
+    result, pull, args = _vjp_closure(fn, args, wrt, backend, implicit_while)
+    return result, Pullback(fn, args, wrt, backend, implicit_while, pull)
+
+
+class Pullback:
+    """The pullback of ``flowgrad.vjp(fn, *args)``: ``pullback(cotangent)`` returns the
+    vector-Jacobian products, one per ``wrt`` entry.
+
+    It pickles (to another process, a Dask worker) as ``fn``, the arguments (the copies ``vjp``
+    took) and the options: the residuals of the forward sweep stay here, and the receiving
+    process runs the forward sweep again on its first call, compiling once or finding the
+    native code in the shared on-disk cache (which holds code, never these arguments). A program
+    object (``from_torch``) reads its parameters when that forward sweep runs.
+    """
+
+    def __init__(self, fn, args, wrt=None, backend=None, implicit_while=False, pull=None):
+        self.fn, self.args, self.wrt, self.backend, self.implicit_while = fn, args, wrt, backend, implicit_while
+        self._pull = pull
+
+    def __call__(self, cotangent):
+        if self._pull is None:
+            _, self._pull, self.args = _vjp_closure(self.fn, self.args, self.wrt, self.backend, self.implicit_while)
+        return self._pull(cotangent)
+
+    def __reduce__(self):
+        return Pullback, (self.fn, self.args, self.wrt, self.backend, self.implicit_while)
+
+    def __repr__(self):
+        return f"<flowgrad.Pullback of {getattr(self.fn, '__name__', 'fn')}>"
+
+
+def _vjp_closure(fn, args, wrt, backend, implicit_while):
+    """``(result, pullback, args)`` of ``fn`` at copies ``args`` of the arguments, the pullback a
+    closure over the forward sweep's residuals and those copies (it differentiates at these
+    values, whatever the caller does to its arrays after)."""
     if hasattr(fn, "_flowgrad_vjp"):      # a program object (from_torch, from_onnx) has its own convention
-        return fn._flowgrad_vjp(args, wrt=wrt, backend=backend)
+        args = tuple(_copy_arrays(a, False) for a in args)
+        return (*fn._flowgrad_vjp(args, wrt=wrt, backend=backend), args)
     if getattr(fn, "_flowgrad_transform", False):
         _Transform(fn, (), backend or DEFAULT_BACKEND, "reverse")          # raises: nesting
     if wrt is None:
@@ -675,7 +713,6 @@ def vjp(fn, *args, wrt=None, backend=None, implicit_while=False):
     elif not isinstance(wrt, (tuple, list)):
         wrt = (wrt,)
     t = _Transform(fn, tuple(wrt), backend or DEFAULT_BACKEND, "reverse", implicit_while=implicit_while)
-    # the pullback differentiates at these values, whatever the caller does to its arrays after
     names, _ = t.wrt_names(args)
     args = tuple(_copy_arrays(a, n in names) for a, n in zip(args, t.params))
     entry = t.compiled(args)
@@ -704,7 +741,7 @@ def vjp(fn, *args, wrt=None, backend=None, implicit_while=False):
             grads = pull(ct if ct.ndim else ct.item())
         return tuple(_format_grads(entry, grads, names, False, bound))
 
-    return result, pullback
+    return result, pullback, args
 
 
 vjp._flowgrad_inline = api_nested.inline_vjp        # vjp called inside captured code
@@ -742,7 +779,7 @@ class jit(_Transform):
         return _unpack_result(entry, out)
 
 
-__all__ = ["grad", "value_and_grad", "vjp", "jit", "explain", "FlowgradError"]
+__all__ = ["grad", "value_and_grad", "vjp", "Pullback", "jit", "explain", "FlowgradError"]
 
 
 def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None, allow_uncompute=False,

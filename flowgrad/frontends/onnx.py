@@ -546,6 +546,11 @@ class OnnxProgram(ModelProgram):
         super().__init__(_identifier(graph.name or "onnx_model", set()),
                          [_identifier(n, used) for n in self.graph_inputs], backend)
 
+    def __reduce__(self):
+        # pickled (to another process, a Dask worker): the model's bytes and the initializers as
+        # they are now (a caller may have updated them); captured and compiled again there
+        return _restore_onnx_program, (self.model.SerializeToString(), self.initializers, self.backend)
+
     def _param_value(self, name):
         return self.initializers[name]
 
@@ -595,6 +600,13 @@ class OnnxProgram(ModelProgram):
         if isinstance(out, np.ndarray):
             out = b.materialize(b.to_expr(out), "result")
         return b, out
+
+
+def _restore_onnx_program(model_bytes, initializers, backend):
+    """An ``OnnxProgram`` unpickled, with the initializers it had when pickled."""
+    prog = OnnxProgram(model_bytes, backend)
+    prog.initializers.update(initializers)
+    return prog
 
 
 def _safe(name):

@@ -998,6 +998,12 @@ class TorchProgram(ModelProgram):
         super().__init__(type(module).__name__, names, backend)
         self._build(arrays)      # report unsupported operations now, not at the first call
 
+    def __reduce__(self):
+        # pickled (to another process, a Dask worker): the module (its class by reference, its
+        # parameters and buffers as they are now) and the input names; exported and compiled again
+        # there at the first call
+        return _restore_torch_program, (self.module, self.input_names, self.backend)
+
     @staticmethod
     def _as_array(a):
         if hasattr(a, "detach"):
@@ -1030,6 +1036,17 @@ class TorchProgram(ModelProgram):
 
     def _buffer_value(self, name):
         return self.module.get_buffer(name).detach().cpu().numpy()
+
+
+def _restore_torch_program(module, input_names, backend):
+    """A ``TorchProgram`` unpickled: ``module`` with nothing exported or compiled yet."""
+    prog = object.__new__(TorchProgram)
+    prog.module = module
+    prog._exports = {}
+    prog._params = dict(module.named_parameters())
+    prog.param_names = list(prog._params)
+    ModelProgram.__init__(prog, type(module).__name__, input_names, backend)
+    return prog
 
 
 def from_torch(module, *example_inputs, backend=None):

@@ -44,8 +44,9 @@ class FortranProgram:
 
     kind = "Fortran"
 
-    def __init__(self, library, proc, bound_modules=None, entries=None):
+    def __init__(self, library, proc, bound_modules=None, entries=None, include_dirs=()):
         self.library, self.proc = library, proc
+        self.include_dirs = tuple(include_dirs)     # where fparser finds INCLUDE files (kept to pickle)
         self.__name__ = proc.name
         self.dummies = list(proc.dummies)
         self.output_dummies = written_dummies(library, proc)
@@ -77,6 +78,14 @@ class FortranProgram:
         self.__signature__ = inspect.Signature(params)
         self._entries = {} if entries is None else entries
 
+    def __reduce__(self):
+        # pickled (to another process, a Dask worker): the source texts as read (preprocessed
+        # already), the entry and the bound module values; parsed again there, compiled at the
+        # first call. INCLUDE files are read again from the same include directories.
+        module = self.proc.module.name if self.proc.module is not None else None
+        return _restore_fortran_program, (self.library.sources, self.include_dirs, module, self.proc.name,
+                                          self.bound_modules)
+
     def __repr__(self):
         return f"<FortranProgram {self.proc.kind} {self.proc.name}({', '.join(self.dummies)}) -> " \
                f"{', '.join(self.outputs)}>"
@@ -84,7 +93,7 @@ class FortranProgram:
     def with_modules(self, modules):
         """This program with module variables bound to ``modules`` (merged over those bound)."""
         merged = _merge(self.bound_modules, modules or {})
-        return FortranProgram(self.library, self.proc, merged, self._entries)
+        return FortranProgram(self.library, self.proc, merged, self._entries, self.include_dirs)
 
     # ------------------------------------------------------------ capture
 
@@ -302,7 +311,14 @@ def from_fortran(sources, entry, *, include_dirs=(), defines=None):
     include_dirs = tuple(str(d) for d in include_dirs)
     library = Library(read_sources(sources, include_dirs, defines), include_dirs)
     proc = library.find(entry)
-    return FortranProgram(library, proc)
+    return FortranProgram(library, proc, include_dirs=include_dirs)
+
+
+def _restore_fortran_program(sources, include_dirs, module, name, bound_modules):
+    """A ``FortranProgram`` unpickled: its sources parsed again, nothing compiled yet."""
+    library = Library(sources, include_dirs)
+    proc = library.modules[module].procs[name] if module is not None else library.procs[name]
+    return FortranProgram(library, proc, bound_modules, include_dirs=include_dirs)
 
 
 __all__ = ["from_fortran", "FortranProgram"]
