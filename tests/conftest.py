@@ -7,6 +7,7 @@ The suite is split by what a test needs (STYLE.md, rule 7):
 * ``native``: needs Numba (the "native" backend);
 * ``ml``: needs PyTorch / ONNX;
 * ``fortran``: needs gfortran (the oracle) and fparser, skipped with a reason without them;
+* ``dask``: needs dask and distributed, skipped with a reason without them;
 * ``slow``: long runs, deselect with ``-m "not slow"``.
 """
 
@@ -36,6 +37,7 @@ MARKERS = {
     "native": "needs numba (the native backend)",
     "ml": "needs an ML framework (PyTorch / ONNX)",
     "fortran": "needs gfortran and fparser (the Fortran front door, checked against gfortran)",
+    "dask": "needs dask and distributed (runs on a local cluster of worker processes)",
 }
 
 
