@@ -30,6 +30,8 @@ run bit for bit.
 from __future__ import annotations
 
 import hashlib
+import inspect
+import linecache
 import numbers
 import operator
 import threading
@@ -92,9 +94,9 @@ def map_value_and_grad(fn, batch_of_args, client=None, wrt=0, backend=None, gath
     batch = _argument_tuples(batch_of_args, "batch_of_args", "[(x0, theta), (x1, theta)]")
     for k, args in enumerate(batch):
         _check_call(vg, args, f"batch_of_args[{k}]")
-    token = _token(vg)
+    job = _job(vg)
     run = dask.delayed(_value_and_grad_task, pure=False)
-    return _compute([run(token, vg, *args) for args in batch], client, gather, "map_value_and_grad")
+    return _compute([run(job, vg, *args) for args in batch], client, gather, "map_value_and_grad")
 
 
 def ensemble_value_and_grad(fn, members, shared=(), client=None, wrt=None, reduce="sum", backend=None,
@@ -160,10 +162,10 @@ def ensemble_value_and_grad(fn, members, shared=(), client=None, wrt=None, reduc
         _check_call(vg, tuple(m) + shared, f"member {k}")
     names = vg.resolve_wrt()[0]
     kinds = ["member" if n in vg.params[:count] else "shared" for n in names]
-    token = _token(vg)
+    job = _job(vg)
     shared = tuple(dask.delayed(v) if _sizeable(v) else v for v in shared)   # one copy in the graph
     run = dask.delayed(_member_task, pure=False, nout=2)
-    parts = [run(token, vg, kinds, *m, *shared) for m in members]
+    parts = [run(job, vg, kinds, *m, *shared) for m in members]
     total = _tree([p[0] for p in parts])
     mine = [p[1] for p in parts] if "member" in kinds else []
     result = dask.delayed(_ensemble_result, pure=False)(total, mine, kinds, len(members), reduce, single)
@@ -228,11 +230,11 @@ def chunked_value_and_grad(fn, x, *args, axis=0, wrt=0, backend=None, **transfor
             raise InputError(f"chunked_value_and_grad differentiates arrays and floats; wrt argument {n!r} is a "
                              f"{type(value).__name__}: use ensemble_value_and_grad for pytree arguments")
     kinds = ["member" if n == vg.params[0] else "shared" for n in names]
-    token = _token(vg)
+    job = _job(vg)
     shared = tuple(dask.delayed(v) if _sizeable(v) else v for v in args)
     run = dask.delayed(_member_task, pure=False, nout=2)
     blocks = x.to_delayed().reshape(-1)
-    parts = [run(token, vg, kinds, b, *shared) for b in blocks]
+    parts = [run(job, vg, kinds, b, *shared) for b in blocks]
     total = _tree([p[0] for p in parts])
     grads, given = [], dict(zip(vg.params[1:], args))
     for n, kind in zip(names, kinds):
@@ -310,10 +312,46 @@ def _sizeable(v):
     return not _is_lazy(v) and not isinstance(v, (numbers.Number, str, bytes, type(None)))
 
 
-def _token(vg):
-    """A name for the transform, the same in every process: its pickled form's hash (the function
-    by reference, the options; a program object's parameters as they are now)."""
-    return hashlib.sha256(cloudpickle.dumps(vg)).hexdigest()
+def _job(vg):
+    """What names the transform in every process: ``(token, sources)``. The token is its pickled
+    form's hash (the function by reference, the options; a program object's parameters as they are
+    now). ``sources`` gives the file and source lines of each function pickled by value (defined
+    in a script run as ``__main__`` or in a notebook cell): cloudpickle sends its code without
+    the file's name, and flowgrad captures functions from their source."""
+    return hashlib.sha256(cloudpickle.dumps(vg)).hexdigest(), _main_sources(vg.fn)
+
+
+def _functions(fn):
+    """``fn`` and the functions it reads as globals, and theirs (the helpers it calls)."""
+    todo, seen = [fn], []
+    while todo:
+        f = todo.pop()
+        if inspect.isfunction(f) and all(f is not g for g in seen):
+            seen.append(f)
+            todo += [f.__globals__.get(name) for name in f.__code__.co_names]
+    return seen
+
+
+def _main_sources(fn):
+    sources = {}
+    for f in _functions(fn):
+        if f.__module__ in ("__main__", "__mp_main__"):
+            lines = linecache.getlines(f.__code__.co_filename)
+            if lines:
+                sources[(f.__name__, f.__code__.co_firstlineno)] = (f.__code__.co_filename, lines)
+    return sources
+
+
+def _restore_sources(fn, sources):
+    """Give functions pickled by value their file's name back, its lines in ``linecache`` (an
+    entry never checked against a file), so that flowgrad finds their source here."""
+    for f in _functions(fn):
+        where = sources.get((f.__name__, f.__code__.co_firstlineno))
+        if where is not None and f.__code__.co_filename != where[0]:
+            name, lines = where
+            if linecache.getlines(name) != lines:
+                linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
+            f.__code__ = f.__code__.replace(co_filename=name)
 
 
 # ---------------------------------------------------------------- running
@@ -349,10 +387,13 @@ _LIVE_LOCK = threading.Lock()
 _NATIVE_LOCK = threading.Lock()
 
 
-def _live(token, vg):
-    """The transform named ``token`` that this process already holds (with what it compiled), else
-    ``vg``, kept for the next task."""
+def _live(job, vg):
+    """The transform named by ``job`` that this process already holds (with what it compiled),
+    else ``vg``, kept for the next task."""
+    token, sources = job
     with _LIVE_LOCK:
+        if token not in _LIVE and sources:
+            _restore_sources(vg.fn, sources)
         vg = _LIVE.pop(token, vg)
         _LIVE[token] = vg
         while len(_LIVE) > _LIVE_KEEP:
@@ -360,17 +401,17 @@ def _live(token, vg):
     return vg
 
 
-def _value_and_grad_task(token, vg, *args):
-    vg = _live(token, vg)
+def _value_and_grad_task(job, vg, *args):
+    vg = _live(job, vg)
     if vg.backend == "native":
         with _NATIVE_LOCK:
             return vg(*args)
     return vg(*args)
 
 
-def _member_task(token, vg, kinds, *args):
+def _member_task(job, vg, kinds, *args):
     """``((value, shared gradients), member gradients)`` of one member (or block)."""
-    value, grads = _value_and_grad_task(token, vg, *args)
+    value, grads = _value_and_grad_task(job, vg, *args)
     return ((value, tuple(g for g, k in zip(grads, kinds) if k == "shared")),
             tuple(g for g, k in zip(grads, kinds) if k == "member"))
 

@@ -3,6 +3,7 @@
 a worker dying mid-run. Results are checked against flowgrad in this process (equal to
 rounding: the same code on the same values) and against central differences of the plain
 NumPy function or closed-form derivatives."""
+import linecache
 import os
 
 import numpy as np
@@ -228,3 +229,33 @@ def test_a_worker_dying_mid_run_is_replaced_and_the_result_is_right(client, tmp_
     vg = flowgrad.value_and_grad(dk.misfit, wrt="theta", backend="numpy")
     np.testing.assert_allclose(g, np.mean([vg(o, THETA, STEPS)[1] for o in OBS], axis=0), rtol=1e-12,
                                atol=1e-15)
+
+
+NOTEBOOK_CELL = '''
+def cell_helper(u, kappa):
+    return u[1:-1] + kappa * (u[2:] - 2.0 * u[1:-1] + u[:-2])
+
+
+def cell_heat(u, kappa, steps):
+    for t in range(steps):
+        u[1:-1] = cell_helper(u, kappa)
+    return np.sum(u * u)
+'''
+
+
+def test_functions_from_a_notebook_cell_run_on_the_workers(client):
+    # as in a notebook: the cell's source is only in linecache, its functions belong to __main__,
+    # so Dask pickles them by value (cloudpickle drops the file name) and no worker has the file
+    name = "/nonexistent/notebook-cell-1.py"
+    lines = NOTEBOOK_CELL.splitlines(keepends=True)
+    linecache.cache[name] = (len(NOTEBOOK_CELL), None, lines, name)
+    scope = {"__name__": "__main__", "np": np}
+    exec(compile(NOTEBOOK_CELL, name, "exec"), scope)     # noqa: S102 - the test's own source
+    heat = scope["cell_heat"]
+    u = np.linspace(0.0, 1.0, 16) ** 2
+    out = fd.map_value_and_grad(heat, [(u, k, 20) for k in (0.1, 0.2)], wrt=("u", "kappa"), backend="numpy")
+    for (value, (gu, gk)), k in zip(out, (0.1, 0.2)):
+        want_v, (want_u, want_k) = flowgrad.value_and_grad(heat, wrt=("u", "kappa"), backend="numpy")(u, k, 20)
+        assert value == want_v and gk == want_k
+        np.testing.assert_array_equal(gu, want_u)
+        assert (heat(u.copy(), k + 1e-6, 20) - heat(u.copy(), k - 1e-6, 20)) / 2e-6 == pytest.approx(gk, rel=1e-6)
