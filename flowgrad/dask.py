@@ -108,7 +108,9 @@ def ensemble_value_and_grad(fn, members, shared=(), client=None, wrt=None, reduc
       fn: a function flowgrad differentiates (returning a float scalar), importable on the
         workers. It takes each member's arguments first, then the shared ones.
       members: a sequence of argument tuples, one per member, all of the same length:
-        ``[(obs0,), (obs1,)]``. An argument may be a Dask ``Delayed`` or ``Future``.
+        ``[(obs0,), (obs1,)]``. Arrays given here travel in the task graph (Dask warns about a
+        large graph); an argument may instead be a Dask ``Delayed`` or a ``Future``
+        (``client.scatter``), data already on the cluster.
       shared: a tuple of the arguments every member shares (parameters, step counts), after
         the member's: ``(theta, 100)``. Each is sent to a worker once, not once per member.
       client: a ``distributed.Client``; default: the default client if one exists, else this
