@@ -12,8 +12,11 @@ against time plot.
 
 The floor is compared with the measured minimal working set: what any gradient of the kernel
 must hold at once. That is the forward call's own peak (measured: its argument copies and
-temporaries), the gradient arrays, and, for the loop with the largest such need, one snapshot of
-its state and one iteration's tape (their sizes). Writes ``memory_sweep.md`` and
+temporaries), the gradient arrays, and, for the top-level loop with the largest such need, one
+snapshot of its state and one iteration's tape (their sizes); where loops nested in it are
+planned on their own, its iteration's tape besides theirs, and for the nested loop needing the
+most, the same again (one snapshot and one iteration). A schedule reads ``loop: kind``;
+a nested loop's ``inside`` is its being part of the tape of the loop around it. Writes ``memory_sweep.md`` and
 ``memory_sweep_<kernel>.png`` into ``--out``.
 """
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 import flowgrad
 from benchmarks import kernels
 from benchmarks.run import fresh, peak_memory
-from flowgrad.checkpoint.plan import fmt_bytes
+from flowgrad.checkpoint.plan import INSIDE, fmt_bytes
 from flowgrad.checkpoint.schedules import KIND_NAMES
 
 DEFAULT = "nonlinear_diffusion_2d,vadv,adi"
@@ -98,8 +101,13 @@ def working_set(mod, args, store):
     forward = peak_memory(lambda *a: mod.kernel(*fresh(a)), lambda: args)
     names = list(mod.kernel.__code__.co_varnames[:mod.kernel.__code__.co_argcount])
     grads = sum(np.asarray(args[names.index(w)]).nbytes for w in mod.WRT)
-    loop = max((cand.state_bytes + cand.most_bytes for cand, *_ in store.loops), default=0)
-    return forward + grads + loop, {"forward peak": forward, "gradient": grads, "snapshot + one iteration": loop}
+    cands = [cand for cand, *_ in store.loops]
+
+    def need(cand):     # its snapshot and one iteration: of each loop nested in it, one at a time
+        inner = [need(c) for c in cands if c.parent is cand]
+        return cand.state_bytes + (cand.own_bytes + max(inner) if inner else cand.most_bytes)
+    loop = max((need(c) for c in cands if c.parent is None), default=0)
+    return forward + grads + loop, {"forward peak": forward, "gradient": grads, "snapshots + one iteration": loop}
 
 
 def sweep(name, points, size):
@@ -114,8 +122,8 @@ def sweep(name, points, size):
         grads, peak, secs, plan, samples = measure(mod, args, budget)
         ref = grads if ref is None else ref
         same = all(np.array_equal(a, b) for a, b in zip(ref, grads))
-        sched = "; ".join(KIND_NAMES[k] + (f"({p})" if k else "") for _, k, p, _, _ in plan.loops) \
-            if plan else "store_all"
+        sched = "; ".join(f"{c.key}: " + ("inside" if p == INSIDE else KIND_NAMES[k] + (f"({p})" if k else ""))
+                          for c, k, p, _, _ in plan.loops) if plan else "store_all"
         rss = max((x[2] for x in samples), default=0)
         rows.append(dict(budget=budget, predicted=plan.peak if plan else store.peak, peak=peak, secs=secs,
                          sched=sched, same=same, samples=samples, rss=rss))

@@ -515,6 +515,29 @@ def _unstable(fn, args, expected):
     return False
 
 
+def _nested_checkpointed(fn, args, backend, innermost=False):
+    """(value, gradients in x, A, s) with nested ``for`` loops reversed by binomial schedules with
+    one snapshot, or None when the program has none: the outermost nested loops (not inside one
+    of them), or the ``innermost`` (no other inside them)."""
+    from flowgrad.api import _Compiled, _run_vjp
+    from flowgrad.checkpoint import loops, schedules
+
+    wrt = ("x", "A", "s")
+    body = _Compiled(fn, args, wrt, backend, "reverse").prog.body
+    nested = [(key, outer) for key, loop, outer in loops.nested_loops(body)
+              if loops.checkpointable(loop, loops.state_containers(loop, loops.outside(body, loop))) is None]
+    if innermost:
+        around = {o.var.name for _, outer in nested for o in outer}
+        keys = [key for key, _ in nested if key not in around]
+    else:
+        keys = [key for key, outer in nested if not any(o.var.name in dict(nested) for o in outer)]
+    if not keys:
+        return None
+    entry = _Compiled(fn, args, wrt, backend, "reverse", {k: schedules.BINOMIAL for k in keys})
+    value, pullback = _run_vjp(entry, copy.deepcopy(args), {k: 1 for k in keys})
+    return float(value), [np.asarray(g) for g in pullback(1.0)]
+
+
 def check(seed, backend, n_dirs=2, mode="grad"):
     """Check program `seed` on `backend`: returns (status, detail).
 
@@ -528,7 +551,10 @@ def check(seed, backend, n_dirs=2, mode="grad"):
     ``allow_uncompute=True`` (invertible updates run backwards instead of taped); mode "rc" with
     ``strategy="recompute_all"`` (every top-level loop checkpointed: ``for`` loops by binomial
     schedules, ``while`` loops by online ones), which must also equal the store-all gradient to
-    rounding.
+    rounding; mode "nc" the same with nested ``for`` loops checkpointed instead (binomial, one
+    snapshot; ``checkpoint.loops.apply_nested``: the outermost of them for an even seed, the
+    innermost for an odd one) and the top-level loops storing every iteration ("skip" when there
+    is none).
 
     status: "ok", "refused" (a FlowgradError), "skip" (the program itself overflows or fails
     in NumPy), "nonsmooth" (finite differences, or values, are no oracle: a kink within the
@@ -573,6 +599,15 @@ def check(seed, backend, n_dirs=2, mode="grad"):
             if mode == "jac":
                 value = _value(fn, args)
                 grads = flowgrad.jacfwd(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+            elif mode == "nc":
+                nested = _nested_checkpointed(fn, args, backend, innermost=seed % 2 == 1)
+                if nested is None:
+                    return "skip", "no nested loop"
+                value, grads = nested
+                _, stored = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend)(*args)
+                if not all(np.allclose(g, h, rtol=1e-12, atol=1e-13 * max(1.0, float(np.max(np.abs(h)))))
+                           for g, h in zip(grads, stored)):
+                    return "grad", "the gradient with nested loops checkpointed differs from the store-all one"
             else:
                 value, grads = flowgrad.value_and_grad(fn, wrt=("x", "A", "s"), backend=backend,
                                                        allow_uncompute=mode == "unc",
@@ -657,8 +692,8 @@ def main(argv=None):
                         help="backends to check the gradient on; BACKEND-jvp checks forward mode, BACKEND-jac "
                              "jacfwd (all directions in one batched program), BACKEND-hess the Hessian in x, "
                              "BACKEND-gg grad of grad in x, BACKEND-unc the gradient with allow_uncompute, BACKEND-rc "
-                             "with every top-level loop checkpointed (equal to store-all to rounding), "
-                             "instead")
+                             "with every top-level loop checkpointed (equal to store-all to rounding), BACKEND-nc "
+                             "with every nested loop checkpointed instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--out", help="write one JSON line per program and backend here")

@@ -7,7 +7,7 @@ import pytest
 
 import flowgrad
 from flowgrad.checkpoint import schedules as S
-from flowgrad.checkpoint.plan import parse_bytes, solve
+from flowgrad.checkpoint.plan import INSIDE, parse_bytes, solve
 from flowgrad.checkpoint.timeline import ENTRY_BYTES, HELD, REVERSING, Point
 from oracle import check_grad
 
@@ -577,3 +577,104 @@ def test_recomputed_values_of_a_dag_equal_store_all():
     plan = g.planned(big)[2]
     assert plan.recompute and "d" not in plan.recompute
     check_grad(dag, (big[0][:3, :5], big[1][:5], big[2][:3, :5]), (0, 1, 2), backend="numpy")
+
+
+# ---------------------------------------------------------------- nested loops planned on their own
+
+
+def substeps(u, k, steps, sub):
+    for t in range(steps):
+        v = u * 1.0
+        for j in range(sub):                    # many small steps per outer step: the bulk of the tape
+            v = v + 0.1 * k * np.sin(v)
+        u = 0.5 * (u + v)
+    return np.sum(u * u)
+
+
+def three_levels(x, a, steps):
+    n = x.shape[0]
+    for t in range(steps):
+        for i in range(3):
+            if a > 0:
+                for j in reversed(range(1, n)):            # a reversed range, in a branch
+                    x[j] = np.sin(x[j] + a * x[j - 1])
+            s = np.sum(x)                                  # a scalar the next inner loop carries
+            for j2 in range(4):
+                s = s * 0.9 + a * np.cos(s)
+                x = x + 0.01 * s
+    return np.sum(x * x)
+
+
+def _forced(fn, args, wrt, backend, kinds, params):
+    """(value, gradients) with the loops ``kinds`` names checkpointed (their ``params``)."""
+    from flowgrad.api import _Compiled, _run_vjp
+    entry = _Compiled(fn, args, wrt, backend, "reverse", kinds)
+    value, pullback = _run_vjp(entry, tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args), params)
+    return value, pullback(1.0)
+
+
+@pytest.mark.parametrize("kinds,params", [({"j": S.BINOMIAL}, {"j": 1}), ({"j2": S.PERIODIC}, {"j2": 2}),
+                                          ({"i": S.BINOMIAL}, {"i": 0}),
+                                          ({"j": S.PERIODIC, "j2": S.BINOMIAL}, {"j": 3, "j2": 0}),
+                                          ({"i": S.BINOMIAL, "j": S.BINOMIAL}, {"i": 1, "j": 0}),
+                                          ({"t": S.BINOMIAL, "i": S.PERIODIC, "j2": S.BINOMIAL},
+                                           {"t": 0, "i": 2, "j2": 1})])
+def test_nested_loop_schedules_equal_store_all(kinds, params, backend):
+    """Any nested loop, any schedule, also inside a checkpointed loop: the gradient is the
+    store-all one, bit for bit."""
+    args = (np.linspace(0.1, 0.9, 7), 0.3, 3)
+    ref = _forced(three_levels, args, ("x", "a"), backend, {}, {})
+    got = _forced(three_levels, args, ("x", "a"), backend, kinds, params)
+    assert got[0] == ref[0]
+    for g, r in zip(got[1], ref[1]):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_the_planner_schedules_an_inner_loop_and_the_measured_peak_follows():
+    """Four outer steps of 60 sub-steps: checkpointing the outer loop still keeps one outer
+    step's 60 tapes; scheduling the inner loop keeps one state per run instead, so the floor
+    falls below one outer step's tape, and the measured peak follows the budget down."""
+    args = (np.linspace(0.1, 1.0, 20000), 0.3, 4, 60)
+    store = flowgrad.explain(substeps, *args, wrt=("u", "k"), backend="numpy")
+    outer = next(c for c, *_ in store.loops if c.key == "t")
+    assert store.min_peak < outer.most_bytes / 2, str(store)
+    ref = flowgrad.grad(substeps, wrt=("u", "k"), backend="numpy")(*args)
+    peaks = []
+    for budget in (None, store.store_all_peak // 2, store.store_all_peak // 8, int(store.min_peak * 1.02)):
+        g = flowgrad.grad(substeps, wrt=("u", "k"), backend="numpy", memory_budget=budget)
+        peak = _measured_peak(g, args)
+        for got, want in zip(g(*args), ref):
+            np.testing.assert_array_equal(got, want)
+        if budget is not None:
+            assert peak <= 1.1 * budget, (budget, peak, str(g.planned(args)[2]))
+        peaks.append(peak)
+    assert peaks == sorted(peaks, reverse=True), peaks
+    plan = g.planned(args)[2]
+    kinds = {c.key: kind for c, kind, *_ in plan.loops}
+    assert kinds["j"] == S.BINOMIAL, str(plan)
+    assert "from its state kept at each run's start" in str(plan)
+    middle = flowgrad.grad(substeps, wrt=("u", "k"), backend="numpy", memory_budget=int(store.min_peak * 1.6))
+    assert {c.key: kind for c, kind, *_ in middle.planned(args)[2].loops}["j"] != S.STORE_ALL
+    check_grad(substeps, (np.linspace(0.1, 1.0, 6), 0.3, 2, 5), ("u", "k"), backend="numpy")
+
+
+def test_recompute_all_schedules_loops_inside_checkpointed_ones():
+    args = (np.linspace(0.1, 1.0, 50), 0.3, 4, 10)
+    g = flowgrad.grad(substeps, wrt=("u", "k"), backend="numpy", strategy="recompute_all")
+    plan = g.planned(args)[2]
+    assert [(c.key, kind) for c, kind, *_ in plan.loops] == [("t", S.BINOMIAL), ("j", S.BINOMIAL)]
+    assert "in each iteration the loop over t" in str(plan)
+    for got, want in zip(g(*args), flowgrad.grad(substeps, wrt=("u", "k"), backend="numpy")(*args)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_nested_loop_is_part_of_a_periodic_parents_tape():
+    """A periodic schedule records several iterations of the loop around at once: the nested
+    loop stays on that tape (the 0/1 program's nesting constraints)."""
+    args = (np.linspace(0.1, 1.0, 20000), 0.3, 16, 30)
+    store = flowgrad.explain(substeps, *args, wrt="u", backend="numpy")
+    for budget in np.geomspace(store.store_all_peak, store.min_peak * 1.01, 8)[1:]:
+        plan = flowgrad.grad(substeps, wrt="u", backend="numpy", memory_budget=int(budget)).planned(args)[2]
+        (_, outer, *_), (_, inner, param, *_) = plan.loops
+        assert outer != S.PERIODIC or param == INSIDE, str(plan)
+        assert plan.peak <= budget

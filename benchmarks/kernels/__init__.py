@@ -15,7 +15,8 @@ NAMES = sorted([
     "heat_3d", "implicit_euler", "jacobi_1d", "jacobi_2d", "k2mm", "k3mm", "layernorm", "lenet",
     "lif_neurons", "logsumexp", "lu", "ludcmp", "mlp", "mvt", "nbody", "nonlinear_diffusion_2d",
     "piecewise_recurrence",
-    "resnet_block", "rk4_ode", "rnn", "seidel_2d", "softmax", "spmv_csr", "symm", "syr2k", "syrk",
+    "resnet_block", "rk4_ode", "rnn", "seidel_2d", "softmax", "spmv_csr", "subcycled_reaction_diffusion",
+    "symm", "syr2k", "syrk",
     "trisolv", "trmm", "vadv", "while_solver",
 ])
 

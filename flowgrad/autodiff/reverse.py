@@ -777,8 +777,8 @@ def _record_conditions(stmts, namer, containers):
 def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) -> GradProgram:
     """The adjoint program of ``prog`` for the scalar or array result ``prog.results[0]``.
 
-    ``loop_plan`` maps a top-level loop's key (``checkpoint.loops.top_loops``: a ``for`` loop's
-    variable name, ``while<k>``) to ``(kind, param)``: a checkpoint schedule kind (see
+    ``loop_plan`` maps a loop's key (``checkpoint.loops.top_loops`` and ``nested_loops``: a
+    ``for`` loop's variable name, ``while<k>``) to ``(kind, param)``: a checkpoint schedule kind (see
     ``flowgrad.checkpoint.schedules``; a ``while`` loop's is the online one) and the argument
     container holding its parameter (snapshot interval or count); other loops store every iteration.
     ``uncompute``: restore what an invertible update overwrote by running it backwards instead of
@@ -798,8 +798,9 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     backward = _merge_part_clears(backward)
     backward = _fold_zero_inits(_rotate_zero_resets(backward, _read_counts(backward)))
     backward = _replay_definitions(prog, backward)
-    planned = {key: loop for key, loop in loop_ckpt.top_loops(prog.body)
-               if (loop_plan or {}).get(key, (STORE_ALL,))[0] != STORE_ALL}
+    loops = loop_ckpt.top_loops(prog.body) + [(key, loop) for key, loop, _ in loop_ckpt.nested_loops(prog.body)]
+    planned = {key: loop for key, loop in loops if (loop_plan or {}).get(key, (STORE_ALL,))[0] != STORE_ALL}
+    nested = {key: outer for key, _, outer in loop_ckpt.nested_loops(prog.body)}
     replayed = {}               # backward loop variable -> the forward body checkpointing re-runs there
     for loop in planned.values():
         if isinstance(loop, For):
@@ -842,15 +843,17 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     forward = _instrument_forward(prog.body, pushes, b.counters)
     containers = dict(prog.containers)
     containers[cotangent.name] = cotangent
-    for key, loop in planned.items():
+    # the innermost first: a loop around a checkpointed one records and reverses it as rewritten
+    for key, loop in sorted(planned.items(), key=lambda kv: -len(nested.get(kv[0], ()))):
         kind, param = loop_plan[key]
-        rest = [s for s in prog.body if s is not loop]
-        state = loop_ckpt.state_containers(loop, rest)
+        state = loop_ckpt.state_containers(loop, loop_ckpt.outside(prog.body, loop))
         why = loop_ckpt.checkpointable(loop, state)
         if why is not None:
             raise UnsupportedError(f"{loop.loc}: unsupported checkpointing of this loop: {why}; "
                                    "use strategy='store_all'")
-        if isinstance(loop, For):
+        if key in nested:
+            loop_ckpt.apply_nested(forward, backward, loop, kind, param, state, namer, containers, prog.containers)
+        elif isinstance(loop, For):
             loop_ckpt.apply(forward, backward, loop, kind, param, state, namer, containers, prog.containers)
         else:
             loop_ckpt.apply_online(forward, backward, loop, b.counters[loop], param, state, namer, containers,

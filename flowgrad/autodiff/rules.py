@@ -642,6 +642,9 @@ CORE_CALLS = {
                               exempt="checkpoint bookkeeping (integers)",
                               doc="the action rows of a loop checkpoint schedule, their count, and the rows "
                                   "and iterations the forward sweep runs"),
+    "ckpt_rows": CallRule(lambda i, a: f"_ckpt.all_rows({i[0]}, {i[1]}, {i[2]})",
+                          exempt="checkpoint bookkeeping (integers)",
+                          doc="the action rows of a whole loop checkpoint schedule and their count"),
     "ckpt_segment": CallRule(lambda i, a: f"_ckpt.segment_rows({i[0]}, {i[1]}, {i[2]}, {i[3]}, {i[4]})",
                              exempt="checkpoint bookkeeping (integers)",
                              doc="the action rows reversing one segment of a while loop's online schedule, and "

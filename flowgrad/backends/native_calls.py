@@ -684,12 +684,14 @@ def _lower_ckpt_schedule(low, s, ind):
     low.line(f"{rows.name} = {sched.name}.shape[0]", ind)
 
 
-def _lower_ckpt_segment(low, s, ind):
-    """One segment's rows, built in Python (object mode) as the backward sweep reaches it."""
+def _lower_ckpt_rows(low, s, ind):
+    """Rows built in Python (object mode) as the backward sweep reaches them: one segment's of an
+    online schedule (``ckpt_segment``), or a whole schedule's (``ckpt_rows``)."""
     args = ", ".join(low.src(e) for e in s.inputs)
     sched, rows = s.outputs
+    fn = {"ckpt_segment": "segment_rows", "ckpt_rows": "all_rows"}[s.op]
     low.line(f"with numba.objmode({sched.name}='int64[:, :]'):", ind)
-    low.line(f"{sched.name}, _ = _ckpt.segment_rows({args})", ind + 1)
+    low.line(f"{sched.name}, _ = _ckpt.{fn}({args})", ind + 1)
     low.line(f"{rows.name} = {sched.name}.shape[0]", ind)
 
 
@@ -714,7 +716,7 @@ def _lower_check_index(low, s, ind):
 # the core family's lowerings; ``flowgrad.registry`` composes every family into ``CALL_LOWERING``
 CORE_LOWERING = {
     "check_index": _lower_check_index, "check_sizes": _lower_check_sizes, "trip_count": _lower_trip_count, "ckpt_slots": _lower_ckpt_slots, "ckpt_schedule": _lower_ckpt_schedule,
-    "ckpt_segment": _lower_ckpt_segment,
+    "ckpt_segment": _lower_ckpt_rows, "ckpt_rows": _lower_ckpt_rows,
     "sum": _lower_reduction, "prod": _lower_reduction, "max": _lower_reduction, "min": _lower_reduction,
     "argmax": _lower_argext, "argmin": _lower_argext, "matmul": _lower_matmul, "solve": _lower_solve,
     "matmul_tn_flat": _lower_matmul_tn_flat, "lu_factor": _lower_lu_factor, "lu_solve": _lower_lu_solve,

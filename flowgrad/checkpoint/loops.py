@@ -2,7 +2,12 @@
 the schedule's first snapshots of its state as it goes; its backward executes the rest of the
 schedule (periodic or binomial): snapshot, restore, advance, record and reverse actions (see
 ``schedules``). A top-level ``while`` loop does the same with an online schedule
-(``apply_online``): snapshots thinned as its count grows, its segments reversed one by one.
+(``apply_online``): snapshots thinned as its count grows, its segments reversed one by one. A
+``for`` loop nested in top-level ``for`` loops (``nested_loops``) pushes its state at entry on
+a tape, runs without recording, and its reversal pops that state and runs the whole schedule
+(``apply_nested``): per run, one state kept instead of every iteration's tape. Loops are
+rewritten innermost first, so that a checkpointed loop around a checkpointed one records and
+reverses it as rewritten.
 
 The value-restoration invariant of the reverse pass makes this sound: RECORD pushes exactly what
 the store-all program would have pushed for those iterations, and REVERSE pops it, leaving the
@@ -11,7 +16,7 @@ state at the start of the reversed segment.
 from __future__ import annotations
 
 from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index, Pop, Push, Read, Ref, Slice, While,
-                       iter_reads, op, scalar, stmt_reads, stmt_writes, walk)
+                       child_blocks, iter_reads, map_blocks, op, scalar, stmt_reads, stmt_writes, walk)
 from . import schedules as S
 
 
@@ -28,9 +33,42 @@ def top_loops(body):
     return out
 
 
+def nested_loops(body):
+    """(key, loop, enclosing loops, outermost first) for each ``for`` loop nested in a top-level
+    ``for`` loop through ``for`` loops and branches only (each run's count is then known from
+    the enclosing loops' variables), keyed by its variable's name."""
+    out = []
+
+    def visit(stmts, outer):
+        for s in stmts:
+            if isinstance(s, For):
+                if outer:
+                    out.append((s.var.name, s, outer))
+                visit(s.body, outer + (s,))
+            elif isinstance(s, If):
+                visit(s.then, outer)
+                visit(s.orelse, outer)
+
+    for s in body:
+        if isinstance(s, For):
+            visit(s.body, (s,))
+    return out
+
+
+def outside(body, loop):
+    """The statements of ``body`` outside ``loop``: ``loop`` left out wherever it is nested (its
+    enclosing statements keep their other statements)."""
+    out = []
+    for s in body:
+        if s is loop:
+            continue
+        out.append(map_blocks(s, lambda b: outside(b, loop)))
+    return out
+
+
 def state_containers(loop, rest_of_program):
     """Containers a loop iteration (``for`` or ``while``) needs from the previous one (or that the
-    program reads later)."""
+    program reads later); ``rest_of_program``: the statements outside the loop (``outside``)."""
     written = []
     var = getattr(loop, "var", None)
     for s in walk(loop.body):
@@ -146,6 +184,71 @@ def apply(forward, backward, loop: For, kind: int, param: Container, state, name
     return trips, nslots
 
 
+def apply_nested(forward, backward, loop: For, kind: int, param: Container, state, namer, containers,
+                 forward_containers):
+    """Rewrite one nested ``for`` loop (``nested_loops``) of the instrumented forward/backward
+    programs in place: going forward it pushes its state on a tape and runs without recording;
+    its reversal pops that state and runs the whole schedule (the forward sweep's snapshots
+    included), so each run keeps one state until its reversal, not every iteration's tape."""
+    found = _find(forward, lambda s: isinstance(s, For) and s.var is loop.var), \
+        _find(backward, lambda s: isinstance(s, For) and s.var is loop.var and s.reverse != loop.reverse)
+    if None in found:
+        return                          # a loop the backward sweep does not reverse: no tape to replace
+    (fbody, fi), (bbody, bi) = found
+    recorded_body, reversed_body = fbody[fi].body, bbody[bi].body
+    key = loop.var.name
+
+    def new(hint, dtype, shape=(), kind="transient"):
+        c = Container(namer(hint), dtype, shape, kind)
+        containers[c.name] = c
+        if kind == "tape":
+            forward_containers[c.name] = c
+        return c
+
+    entry = [(c, new("tape_entry_" + c.name, c.dtype, kind="tape")) for c in state]
+    fbody[fi:fi + 1] = [Push(tape, _whole(c).ref, loop.loc) for c, tape in entry] + \
+        [For(loop.var, loop.start, loop.stop, loop.step, loop.body, loop.reverse, loop.loc)]
+
+    trips, nslots = new("trips_" + key, I64), new("slots_" + key, I64)
+    kind_c = Const(int(kind))
+    pre = [Pop(tape, _whole(c).ref, loop.loc) for c, tape in reversed(entry)] + \
+        [Call("trip_count", [loop.start, loop.stop, loop.step], [trips]),
+         Call("ckpt_slots", [kind_c, scalar(trips), scalar(param)], [nslots])]
+    snaps = {}
+    for c in state:
+        snaps[c] = snap = new("snap_" + c.name, c.dtype, (scalar(nslots),) + c.shape)
+        pre += [Assign(Ref(snap), Const(0, c.dtype)), Assign(_slot(snap, c, Const(0)), _whole(c))]
+    rows, q, j, act, a, b = (new(n + "_" + key, I64) for n in ("rows", "q", "j", "act", "a", "b"))
+    sched = new("schedule_" + key, I64, (scalar(rows), Const(3)))
+    pre.append(Call("ckpt_rows", [kind_c, scalar(trips), scalar(param)], [sched, rows]))
+    nth = op("subtract", op("subtract", scalar(trips), 1), scalar(j)) if loop.reverse else scalar(j)
+    setvar = Assign(Ref(loop.var, ()), loop.start + nth * loop.step)
+
+    def steps(body, reverse=False):
+        return [For(j, scalar(a), scalar(b), 1, [setvar] + list(body), reverse=reverse, loc=loop.loc)]
+
+    # the whole schedule, taking its snapshots too
+    bbody[bi:bi + 1] = pre + [For(q, 0, scalar(rows), 1, _actions(sched, q, act, a, b, [
+        *_snapshots(snaps, state, scalar(a)),
+        (S.ADVANCE, steps(loop.body)),
+        (S.RECORD, steps(recorded_body)),
+        (S.REVERSE, steps(reversed_body, reverse=True)),
+    ]), loc=loop.loc)]
+
+
+def _find(body, pred):
+    """(the statement list holding the first statement ``pred`` accepts, its index), searching
+    nested blocks too."""
+    for k, s in enumerate(body):
+        if pred(s):
+            return body, k
+        for block in child_blocks(s):
+            found = _find(block, pred)
+            if found is not None:
+                return found
+    return None
+
+
 def _actions(sched, q, act, a, b, cases):
     """Row ``q`` of a schedule read into ``act, a, b``, then the statements of the case ``act``
     names (``cases``: (action code, statements))."""
@@ -232,4 +335,5 @@ def _slot(snap, c, at):
     return Ref(snap, [Index(at)] + [Slice(0, d, 1) for d in c.shape])
 
 
-__all__ = ["top_loops", "state_containers", "checkpointable", "apply", "apply_online", "BOOL"]
+__all__ = ["top_loops", "nested_loops", "outside", "state_containers", "checkpointable", "apply", "apply_online",
+           "apply_nested", "BOOL"]

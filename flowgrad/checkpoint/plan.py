@@ -142,6 +142,10 @@ def _ops(e):
             yield from _ops(a)
 
 
+# A nested loop's option of being part of the tape of the loop it is nested in (which is then
+# checkpointed): its parameter in ``LoopCandidate.options``
+INSIDE = -1
+
 # A while loop's trip count is known only when it has run: its online schedules are costed for
 # this many iterations (the memory they need does not depend on the count).
 NOMINAL_TRIPS = 1000
@@ -152,12 +156,19 @@ class LoopCandidate:
     iterations (None for a ``while`` loop), tape bytes per iteration (mean and largest), state
     bytes, FLOPs per iteration, and why it cannot be checkpointed (or None)."""
 
-    def __init__(self, key, loop, trips, iter_bytes, state_bytes, iter_flops, reason=None, most_bytes=None):
+    def __init__(self, key, loop, trips, iter_bytes, state_bytes, iter_flops, reason=None, most_bytes=None,
+                 own_bytes=None):
         self.key, self.loop, self.trips = key, loop, trips
         self.iter_bytes, self.state_bytes, self.iter_flops = iter_bytes, state_bytes, iter_flops
         self.most_bytes = iter_bytes if most_bytes is None else most_bytes   # the largest iteration's tape
+        # per iteration, the tape besides that of the nested loops planned on their own
+        self.own_bytes = iter_bytes if own_bytes is None else own_bytes
         self.reason = reason
         self.replay_bytes = 0    # arrays and temporaries replaying iterations adds while reversing
+        self.parent = None       # a nested loop (``loops.nested_loops``): the candidate it is nested in, ...
+        self.runs = 1            # ... how often it runs in the call ...
+        self.entry_bytes = 0     # ... and the bytes of a tape entry besides its data
+        self.inside_from = None  # the first of a nested loop's options applying inside a checkpointed parent
 
     @property
     def name(self):
@@ -166,26 +177,52 @@ class LoopCandidate:
 
     def options(self):
         """(kind, param, memory while reversing, memory held from the loop on, extra FLOPs); a
-        ``while`` loop's store-all memory is None (it grows with a count not known yet)."""
+        ``while`` loop's store-all memory is None (it grows with a count not known yet).
+
+        Option 0 stores every iteration's tape (besides the nested loops planned on their own). A
+        nested loop's memory is that of all its runs, held with its top-level loop's tape, and
+        its options from ``inside_from`` on apply when the loop it is nested in is checkpointed:
+        to be part of that loop's tape (``INSIDE``), or, inside a binomial schedule of it, to be
+        scheduled in each iteration it records (``loops.apply_nested``), which changes the
+        memory while that loop is reversed by the difference (a negative number)."""
         if self.trips is None:
             return self._online_options()
+        T, R = self.trips, self.runs
+        opts = [(S.STORE_ALL, 0, R * T * self.own_bytes, R * T * self.own_bytes, 0)]
+        scheds = self._schedules(split=self.parent is None) if self.reason is None and T >= 2 else []
+        if self.parent is None:
+            return opts + scheds
+        state = self.state_bytes + self.entry_bytes          # kept per run
+        opts += [(kind, param, R * state + rev, R * state, R * flops) for kind, param, rev, _, flops in scheds]
+        self.inside_from = len(opts)
+        # per iteration of the loop around, its runs keep a state each instead of their tapes;
+        # replaying that loop's iterations already counts the arrays and temporaries replaying adds
+        per = R / (self.parent.runs * self.parent.trips)
+        return opts + [(S.STORE_ALL, INSIDE, 0, 0, 0)] + \
+            [(kind, param, rev - self.replay_bytes + per * (state - T * self.iter_bytes), 0, R * flops)
+             for kind, param, rev, _, flops in scheds]
+
+    def _schedules(self, split):
+        """The periodic and binomial options: (kind, param, memory while reversing, snapshots held,
+        extra FLOPs). ``split``: the forward sweep takes the first snapshots (``split_forward``:
+        the schedule is built, then split, with copies), else the reversal does, and the
+        snapshots live only while it runs."""
         T, B, Sb, C, most = self.trips, self.iter_bytes, self.state_bytes, self.iter_flops, self.most_bytes
-        opts = [(S.STORE_ALL, 0, T * B, T * B, 0)]
-        if self.reason is not None or T < 2:
-            return opts
+        copies = 3 if split else 1
+        opts = []
         ks = sorted({k for k in (2, 4, 8, 16, 32, 64, 128, 256, 512, int(math.isqrt(T)) or 1,
                                  int(math.isqrt(T)) + 1) if 1 < k < T})
         for k in ks:
-            # the forward sweep takes every snapshot: the backward only records each segment again
+            # split: the forward sweep takes every snapshot, the backward only records each segment
+            # again; else the reversal advances through the loop first
             slots = S.periodic_slots(T, k)
-            sched = 3 * S.schedule_bytes(T, slots)       # built, then split (``split_forward``): copies
-            opts.append((S.PERIODIC, k, slots * Sb + min(k * most, T * B) + sched + self.replay_bytes, slots * Sb,
-                         T * C))
+            held, sched = slots * Sb if split else 0, copies * S.schedule_bytes(T, slots)
+            opts.append((S.PERIODIC, k, slots * Sb + min(k * most, T * B) + sched + self.replay_bytes, held,
+                         T * C if split else 2 * T * C))
         for c in range(0, min(T, 40)):
             adv = S.revolve_formula(T, c)
-            sched = 3 * S.schedule_bytes(T, c + 1)
-            opts.append((S.BINOMIAL, c, (c + 1) * Sb + most + sched + self.replay_bytes, (c + 1) * Sb,
-                         (adv + T) * C))
+            held, sched = (c + 1) * Sb if split else 0, copies * S.schedule_bytes(T, c + 1)
+            opts.append((S.BINOMIAL, c, (c + 1) * Sb + most + sched + self.replay_bytes, held, (adv + T) * C))
             if S.binomial_slots(T, c) >= T:
                 break
         return opts
@@ -222,6 +259,7 @@ class Plan:
         self.values = []         # ``Value`` per forward value the backward sweep needs
         self.recompute = ()      # names of the values evaluated again in the backward sweep
         self.value_flops = {}    # value name -> FLOPs evaluating it again costs
+        self.inside = set()      # nested loops scheduled within each iteration a checkpointed parent records
 
     def loop_plan(self, param_containers):
         """``build_reverse``'s loop_plan: loop key -> (kind, parameter container)."""
@@ -283,11 +321,18 @@ class Plan:
             lines.append("  no loop tapes to plan: every value the backward sweep needs is stored")
         for cand, kind, param, mem, flops in self.loops:
             trips = "iterations not known yet" if cand.trips is None else f"{cand.trips} iterations"
+            if cand.parent is not None:
+                trips += f" per run, {cand.runs} runs (in the {cand.parent.name})"
             memory = "grows with the iterations" if mem is None else fmt_bytes(mem)
             extra = f"+{flops:.3g} FLOPs" + (f" (at {NOMINAL_TRIPS} iterations)" if cand.trips is None else "")
+            if param == INSIDE:
+                how = f"part of the tape of the {cand.parent.name}, which is checkpointed"
+            elif cand.key in self.inside:
+                how = f"{schedule_text(kind, param)} in each iteration the {cand.parent.name} records, {extra}"
+            else:
+                how = f"{schedule_text(kind, param)}: {memory}, {extra}"
             lines.append(f"  {cand.name}: {trips} x {fmt_bytes(cand.iter_bytes)} tape, "
-                         f"state {fmt_bytes(cand.state_bytes)} -> {schedule_text(kind, param)}: {memory}, "
-                         f"{extra}" + (f"  [{cand.reason}]" if cand.reason else ""))
+                         f"state {fmt_bytes(cand.state_bytes)} -> {how}" + (f"  [{cand.reason}]" if cand.reason else ""))
         if self.values:
             lines.append("  values the backward sweep needs:")
             lines.extend(f"    {v}" for v in self.values)
@@ -306,7 +351,7 @@ class _Program:
     """The 0/1 program's matrices: one variable per option of each decision (``solve``); one
     memory row per distinct set of phases on the timeline, with its largest base."""
 
-    def __init__(self, items, points, exclusive=()):
+    def __init__(self, items, points, constraints=()):
         from scipy.optimize import LinearConstraint
         rows = TL.rows(points)
         self.items, self.n = items, sum(len(opts) for _, opts in items)
@@ -324,12 +369,13 @@ class _Program:
                 k += 1
         self.scale = max(1.0, float(np.max(np.abs(self.A))) if self.A.size else 1.0)
         self.cons = [LinearConstraint(onehot, 1, 1)]
-        if exclusive:
+        if constraints:
             first = np.cumsum([0] + [len(opts) for _, opts in items])
-            pairs = np.zeros((len(exclusive), self.n))
-            for r, ((g1, o1), (g2, o2)) in enumerate(exclusive):
-                pairs[r, first[g1] + o1] = pairs[r, first[g2] + o2] = 1
-            self.cons.append(LinearConstraint(pairs, -np.inf, 1))
+            A = np.zeros((len(constraints), self.n))
+            for r, (terms, _, _) in enumerate(constraints):
+                for (g, o), coef in terms:
+                    A[r, first[g] + o] += coef
+            self.cons.append(LinearConstraint(A, [lo for _, lo, _ in constraints], [hi for _, _, hi in constraints]))
 
     def minimum(self):
         """The smallest peak any choice reaches: minimise p with every row's memory <= p."""
@@ -364,17 +410,18 @@ class _Program:
         return choice
 
 
-def solve(items, budget, points, exclusive=()):
+def solve(items, budget, points, constraints=()):
     """The 0/1 program shared by every planner.
 
     ``items``: per decision (a loop's schedule, a value stored or recomputed) ``(key, options)``,
     each option ``(memory, cost)`` with ``memory`` its bytes by phase (``timeline``: a point's
     phase of that key), of which exactly one is chosen; ``points``: the timeline. Minimise total
-    cost subject to the memory at every point staying within ``budget``, and to at most one of each
-    pair in ``exclusive`` (``((decision, option), (decision, option))``). Returns the chosen
-    option index per decision, or raises FlowgradError naming the minimum budget.
+    cost subject to the memory at every point staying within ``budget`` and to ``constraints``:
+    each ``(terms, low, high)``, ``low <= sum of coefficient * chosen <= high`` over its terms
+    ``((decision, option), coefficient)``. Returns the chosen option index per decision, or raises
+    FlowgradError naming the minimum budget.
     """
-    program = _Program(items, points, exclusive)
+    program = _Program(items, points, constraints)
     choice = program.choose(budget) if max(program.base, default=0) <= budget else None
     if choice is None:
         raise FlowgradError(_infeasible(budget, program.minimum()))
@@ -433,12 +480,19 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
         except _Unknown:
             flops = sum(stmt_flops(s, lenv) for s in loop.body)
         cands.append(LoopCandidate(key, loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
+    tops = len(cands)
+    cands += _nested_candidates(prog, gp, cands, envs, backend)
     sizer = Sizer(env)
     found = V.candidates(gp, sizer, lambda s: stmt_flops(s, env)) if backend == "numpy" else []
-    plan.points, replay, recomputable = TL.build(gp, sizer, _positions(gp, [c.key for c in cands]), backend,
+    plan.points, replay, recomputable = TL.build(gp, sizer, _positions(gp, [c.key for c in cands[:tops]]), backend,
                                                  [(key, c, chain) for key, c, chain, _ in found])
     for c in cands:
-        c.replay_bytes = replay.get(c.key, 0)
+        top = _top(c)
+        c.replay_bytes = replay.get(top.key, 0)
+        if c is not top:                # a nested loop's tape lives and goes with its top-level loop's
+            for p in plan.points:
+                if top.key in p.phases:
+                    p.phases[c.key] = p.phases[top.key]
     # per loop: its options the timeline can count (a while loop's store-all cannot be)
     allowed = [[j for j, o in enumerate(c.options()) if o[2] is not None] for c in cands]
     items = [(c.key, [(_phases(c.options()[j]), c.options()[j][4]) for j in js]) for c, js in zip(cands, allowed)]
@@ -451,10 +505,11 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
     at = {c: (len(cands) + k, recomputable[key][2]) for k, (key, c, _) in enumerate(values)}
     exclusive = [((at[c][0], 1), (at[u][0], 1)) for key, c, _ in values for u in recomputable[key][3]
                  if u in at and at[u][1] > at[c][1]]
+    constraints = [([(a, 1), (b, 1)], -np.inf, 1) for a, b in exclusive] + _nesting(cands)
     plan.store_all_peak = peak_of(plan.points, {key: opts[0][0] for key, opts in items
                                                 if key not in {c.key for c in cands}} |
                                   {c.key: _phases(c.options()[0]) for c in cands if c.options()[0][2] is not None})
-    plan.min_peak = _Program(items, plan.points, exclusive).minimum()
+    plan.min_peak = _Program(items, plan.points, constraints).minimum()
     if strategy == "store_all":
         choice = [0] * len(items)
     elif strategy == "recompute_all":
@@ -463,13 +518,25 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
         for k in range(len(cands), len(items)):
             if not any(frozenset((k, j)) in conflicts for j in chosen):
                 chosen.add(k)
-        choice = [_logarithmic(c) for c in cands] + [int(k in chosen) for k in range(len(cands), len(items))]
+        loops = []
+        for c in cands:                 # a nested loop scheduled where it may: inside a binomial one too
+            opts = c.options()
+            if c.parent is None:
+                loops.append(_logarithmic(c, range(len(opts))))
+                continue
+            around = c.parent.options()[loops[cands.index(c.parent)]]
+            among = range(c.inside_from) if loops[cands.index(c.parent)] == 0 else \
+                range(c.inside_from + 1, len(opts)) if around[0] == S.BINOMIAL else ()
+            loops.append(_logarithmic(c, among) if among else c.inside_from)
+        choice = loops + [int(k in chosen) for k in range(len(cands), len(items))]
     else:
-        picked = solve(items, budget if budget is not None else float("inf"), plan.points, exclusive)
+        picked = solve(items, budget if budget is not None else float("inf"), plan.points, constraints)
         choice = [js[j] for js, j in zip(allowed, picked)] + picked[len(cands):]
     for cand, j in zip(cands, choice):
         kind, param, mem, _, flops = cand.options()[j]
         plan.loops.append((cand, kind, param, mem, flops))
+        if cand.inside_from is not None and j > cand.inside_from:
+            plan.inside.add(cand.key)
         if mem is None:
             _unplanned(plan, cand.loop, "storing every iteration of a while loop, whose count is not known "
                                         "before it runs")
@@ -482,6 +549,77 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
     plan.peak = peak_of(plan.points, plan.memory)
     plan.values = _values(prog, gp, Sizer(env), plan)
     return plan
+
+
+def _nested_candidates(prog, gp, cands, envs, backend):
+    """Candidates for the ``for`` loops nested in planned top-level ``for`` loops whose counts,
+    tapes and states the arguments size (``loops.nested_loops``); each with its parent (the
+    candidate of the nearest loop around it) and its runs in the call. Sets the parents' tapes
+    besides those of their nested candidates (``own_bytes``)."""
+    from . import loops as loop_ckpt
+    by_key = {c.key: c for c in cands if isinstance(c.loop, For) and c.trips is not None}
+    recorded = {s.var.name: s for s in walk(gp.forward) if isinstance(s, For)}
+    entry = TL.ENTRY_BYTES[backend]
+    out = []
+    for key, loop, outer in loop_ckpt.nested_loops(prog.body):
+        top = by_key.get(outer[0].var.name)
+        if top is None or key not in recorded:
+            continue
+        env = envs[id(top.loop)]
+        try:
+            runs = math.prod(len(range(evaluate(o.start, env), evaluate(o.stop, env), evaluate(o.step, env)))
+                             for o in outer)
+            trips = len(range(evaluate(loop.start, env), evaluate(loop.stop, env), evaluate(loop.step, env)))
+            iter_bytes, most_bytes = _over_iterations(loop, env, lambda e: _pushed_bytes(
+                recorded[key].body, e, entry))
+            state = loop_ckpt.state_containers(loop, loop_ckpt.outside(prog.body, loop))
+            state_bytes = sum(nbytes(c, env) for c in state)
+        except _Unknown:
+            continue                     # sized with the loop it is nested in, as part of its tape
+        try:
+            flops = _over_iterations(loop, env, lambda e: sum(stmt_flops(s, e, True) for s in loop.body))[0]
+        except _Unknown:
+            flops = sum(stmt_flops(s, env) for s in loop.body)
+        if iter_bytes == 0 or runs == 0:
+            continue
+        cand = LoopCandidate(key, loop, trips, iter_bytes, state_bytes, flops,
+                             loop_ckpt.checkpointable(loop, state), most_bytes)
+        cand.parent = next(by_key[o.var.name] for o in reversed(outer) if o.var.name in by_key)
+        cand.runs, cand.entry_bytes = runs, entry
+        by_key[key] = cand
+        out.append(cand)
+    for parent in [c for c in cands if c.key in by_key] + out:
+        inner = {c.key for c in out if c.parent is parent}
+        if inner:
+            env = envs[id(_top(parent).loop)]
+            parent.own_bytes = _over_iterations(parent.loop, env, lambda e, parent=parent, inner=inner: _pushed_bytes(
+                recorded[parent.key].body, e, entry, inner))[0]
+    return out
+
+
+def _nesting(cands):
+    """The constraints tying each nested loop's options to its parent's (``LoopCandidate.options``;
+    a ``for`` loop's options are its decision's, in order): those before ``inside_from`` exactly
+    when the parent stores every iteration (its option 0); a schedule inside the parent only
+    under a binomial schedule of it (one iteration recorded at a time)."""
+    out = []
+    for k, c in enumerate(cands):
+        if c.parent is None:
+            continue
+        p = cands.index(c.parent)
+        n = len(c.options())
+        out.append(([((k, j), 1) for j in range(c.inside_from)] + [((p, 0), -1)], 0, 0))
+        binomial = [j for j, o in enumerate(c.parent.options()) if o[0] == S.BINOMIAL]
+        out.append(([((k, j), 1) for j in range(c.inside_from + 1, n)] + [((p, j), -1) for j in binomial],
+                    -np.inf, 0))
+    return out
+
+
+def _top(cand):
+    """The top-level loop candidate ``cand`` is nested in (``cand`` itself at the top level)."""
+    while cand.parent is not None:
+        cand = cand.parent
+    return cand
 
 
 class Value:
@@ -502,24 +640,31 @@ def _values(prog, gp, size, plan):
     from .loops import top_loops
     out = []
     chosen = {cand.key: (cand, kind, param) for cand, kind, param, _, _ in plan.loops}
+    scheduled = {k for k, (_, kind, _) in chosen.items() if kind != S.STORE_ALL}
     in_loops = set()
-    for key, recorded in top_loops(gp.forward):
-        cand, kind, param = chosen.get(key, (None, None, None))
-        where = f"the loop over {key}" if isinstance(recorded, For) else "the while loop"
-        for push in [t for t in walk(recorded.body) if t.__class__.__name__ == "Push"]:
+    for top_key, top_recorded in top_loops(gp.forward):
+        for push, loops in _pushes(top_recorded):
+            # the loop that decides: a scheduled one around the push, else the innermost planned
+            key = next((k for k in loops if k in scheduled), None) or \
+                next((k for k in reversed(loops) if k in chosen), top_key)
+            recorded = loops[key] if key in loops else top_recorded
+            cand, kind, param = chosen.get(key, (None, None, None))
+            where = f"the loop over {key}" if isinstance(recorded, For) else "the while loop"
             in_loops.add(id(push))
             try:       # per iteration of the loop; a slice whose size follows the loop: its largest
-                each = _over_iterations(recorded, size.env, lambda env, push=push: nbytes_of(
+                each = _over_iterations(recorded, size.env, lambda env, push=push, recorded=recorded: nbytes_of(
                     push.ref, Sizer(env)) * _multiplicity(recorded, push, env))[1]
             except _Unknown:
                 each = 0
             if cand is None:
                 how = "stored every iteration (loop not planned)"
             elif kind == S.STORE_ALL:
-                count = "" if cand.trips is None else f"{cand.trips} iterations, "
+                count = "" if cand.trips is None else f"{cand.trips} iterations" + \
+                    (f" of each of {cand.runs} runs" if cand.parent is not None else "") + ", "
                 how = f"stored every iteration of {where} ({count}at most {fmt_bytes(each)} each)"
             else:
-                how = f"recomputed: {where} replayed by its {schedule_text(kind, param)}"
+                how = f"recomputed: {where} replayed by its {schedule_text(kind, param)}" + \
+                    (" from its state kept at each run's start" if cand.parent is not None else "")
             out.append(Value(ref_text(push.ref), each, push.loc, how))
     for s in walk(gp.forward):
         if s.__class__.__name__ == "Push" and id(s) not in in_loops:
@@ -549,6 +694,24 @@ def _values(prog, gp, size, plan):
         if isinstance(s, Call) and s.op == "fixed_point":
             out.append(Value(s.outputs[0].name, size(s.outputs[0]) or 0, s.loc,
                              "implicit: the fixed point's adjoint is solved at convergence, no iteration kept"))
+    return out
+
+
+def _pushes(loop):
+    """(push, {variable: loop} of the ``for`` loops around it inside ``loop``, outermost first)
+    for each push in ``loop``'s body."""
+    out = []
+
+    def visit(stmts, loops):
+        for s in stmts:
+            if s.__class__.__name__ == "Push":
+                out.append((s, loops))
+            elif isinstance(s, For):
+                visit(s.body, {**loops, s.var.name: s})
+            else:
+                for block in (s.then, s.orelse) if isinstance(s, If) else (s.body,) if isinstance(s, While) else ():
+                    visit(block, loops)
+    visit(loop.body, {})
     return out
 
 
@@ -618,13 +781,14 @@ def _over_iterations(loop, env, fn, samples=64):
     return sum(got) / len(got), max(got)
 
 
-def _logarithmic(cand):
-    """The binomial option with about log2(T) snapshots (memory ~ log T), else the smallest."""
+def _logarithmic(cand, among):
+    """Of the options ``among``, the binomial one with about log2(T) snapshots (memory ~ log T),
+    else the smallest."""
     opts = cand.options()
     want = max(1, math.ceil(math.log2(max(2, cand.trips or NOMINAL_TRIPS))))
-    binom = [j for j, o in enumerate(opts) if o[0] in (S.BINOMIAL, S.ONLINE)]
+    binom = [j for j in among if opts[j][0] in (S.BINOMIAL, S.ONLINE)]
     if not binom:
-        return min(range(len(opts)), key=lambda j: opts[j][2] if opts[j][2] is not None else math.inf)
+        return min(among, key=lambda j: opts[j][2] if opts[j][2] is not None else math.inf)
     return min(binom, key=lambda j: abs(opts[j][1] - want))
 
 
@@ -649,10 +813,11 @@ def _positions(gp, keys):
     return out
 
 
-def _pushed_bytes(stmts, env, entry_bytes):
+def _pushed_bytes(stmts, env, entry_bytes, skip=frozenset()):
     """Bytes one run of ``stmts`` pushes on tapes: nested loops multiplied out (a trip count not
     known counts once), a branch as its larger arm (an upper bound on every path); each entry
-    with ``entry_bytes`` besides its data (a Python list tape's array object)."""
+    with ``entry_bytes`` besides its data (a Python list tape's array object). ``skip``: the
+    variables of nested loops left out."""
     total = 0
     for s in stmts:
         if s.__class__.__name__ == "Push":
@@ -661,15 +826,17 @@ def _pushed_bytes(stmts, env, entry_bytes):
                 n *= evaluate(d, env)
             total += n + entry_bytes
         elif isinstance(s, For):
+            if s.var.name in skip:
+                continue
             try:
                 trips = len(range(evaluate(s.start, env), evaluate(s.stop, env), evaluate(s.step, env)))
             except _Unknown:
                 trips = 1
-            total += trips * _pushed_bytes(s.body, env, entry_bytes)
+            total += trips * _pushed_bytes(s.body, env, entry_bytes, skip)
         elif isinstance(s, If):
-            total += max(_pushed_bytes(s.then, env, entry_bytes), _pushed_bytes(s.orelse, env, entry_bytes))
+            total += max(_pushed_bytes(s.then, env, entry_bytes, skip), _pushed_bytes(s.orelse, env, entry_bytes, skip))
         elif isinstance(s, While):
-            total += _pushed_bytes(s.body, env, entry_bytes)
+            total += _pushed_bytes(s.body, env, entry_bytes, skip)
     return total
 
 

@@ -234,6 +234,13 @@ def segment_rows(T: int, k: int, s: int, c: int, extra: int):
     return rows, rows.shape[0]
 
 
+def all_rows(kind: int, T: int, param: int):
+    """(actions, number of actions) of the whole schedule, its first snapshots included, for
+    generated code reversing a loop whose forward run took none (``loops.apply_nested``)."""
+    acts = schedule(kind, T, param)
+    return acts, acts.shape[0]
+
+
 def schedule_rows(kind: int, T: int, param: int):
     """(actions, number of actions, actions the forward sweep runs, iteration after them) for
     generated code (see ``split_forward``)."""
