@@ -14,8 +14,9 @@ synchronous scheduler, one call after another (the same results, no parallelism:
 scheduler ``dask.compute`` uses then.
 
 What travels to a worker is the transform (the function by reference, and the options) and the
-arguments: ``fn`` must be importable on the workers (defined in a module, not in ``__main__`` or
-a notebook cell), since flowgrad reads its source there. Each worker process captures and
+arguments. flowgrad reads ``fn``'s source where it runs: ``fn`` defined in a module must be
+importable on the workers; one defined in a script run as ``__main__`` or in a notebook cell
+travels by value, its source lines with it (``_job``). Each worker process captures and
 compiles ``fn`` once per signature and keeps it between tasks and between calls; the native
 backend's machine code is found in the on-disk cache (``FLOWGRAD_CACHE_DIR``, best shared by the
 workers of one machine), which holds code, never arguments. Calls of native code run one at a
