@@ -1,7 +1,7 @@
 """Memory-budget sweep: measured peak memory and time of one gradient call as the budget falls.
 
-    python -m benchmarks.memory_sweep [--kernels nonlinear_diffusion_2d,vadv,adi] [--points 7]
-                                      [--out benchmarks]
+    python -m benchmarks.memory_sweep [--kernels nonlinear_diffusion_2d,vadv,adi,subcycled_reaction_diffusion]
+                                      [--points 7] [--out benchmarks]
 
 For each kernel, budgets run from the store-all peak down to the smallest one the planner
 accepts (its floor). Each gradient runs with the reference (numpy) backend under
@@ -36,7 +36,7 @@ from benchmarks.run import fresh, peak_memory
 from flowgrad.checkpoint.plan import INSIDE, fmt_bytes
 from flowgrad.checkpoint.schedules import KIND_NAMES
 
-DEFAULT = "nonlinear_diffusion_2d,vadv,adi"
+DEFAULT = "nonlinear_diffusion_2d,vadv,adi,subcycled_reaction_diffusion"
 SLACK = 0.10            # the measured peak may exceed the budget by this fraction at most
 
 
