@@ -141,7 +141,8 @@ class _Compiled:
             self.prog.body = unit.sweeps["body"]
             if backend == "native":
                 self.src = native_backend.emit_forward(self.prog)
-                self.func = self.kernel = native_backend.compile_source(self.src, name)
+                self.kernel = native_backend.compile_source(self.src, name)
+                self.func = self._tiered(self.kernel, fn, args, wrt_spec, mode, loop_kinds, uncompute, implicit_while)
             else:
                 self.src = numpy_backend.emit_forward(self.prog)
                 self.func = numpy_backend.compile_source(self.src, name, f"<flowgrad {name}>")
@@ -150,6 +151,8 @@ class _Compiled:
         self._resolve_wrt(cap, wrt_spec)
         if mode in TANGENT_MODES:
             self._compile_tangent(cap, backend, mode)
+            if backend == "native":
+                self.func = self._tiered(self.func, fn, args, wrt_spec, mode, loop_kinds, uncompute, implicit_while)
             return
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan, uncompute)
         gp = self.gp
@@ -164,11 +167,21 @@ class _Compiled:
         if backend == "native":
             self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
             self.kernel = native_backend.compile_source(self.src, name + "_grad")
-            self.func = _native_vjp(self.kernel, self.gp.cotangent, self.wrt)
+            self.func = self._tiered(_native_vjp(self.kernel, self.gp.cotangent, self.wrt), fn, args, wrt_spec, mode,
+                                     loop_kinds, uncompute, implicit_while, recompute)
         else:
             self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
             self.func = numpy_backend.compile_source(self.src, name + "_vjp", f"<flowgrad {name}>")
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
+
+    def _tiered(self, native, *numpy_args):
+        """``native`` run by the NumPy backend's program of the same function while its machine
+        code compiles in another process (``_Tiered``); just ``native`` with ``FLOWGRAD_TIERED=0``."""
+        if not native_backend.tiered():
+            return native
+        self.kernel.deferrable = True
+        fn, args, wrt_spec, mode, *rest = numpy_args
+        return _Tiered(native, self.kernel, lambda: _Compiled(fn, args, wrt_spec, "numpy", mode, *rest).func)
 
     def _resolve_wrt(self, cap, wrt_spec):
         self.wrt, self.wrt_layout = _wrt_containers(cap, wrt_spec)
@@ -218,6 +231,28 @@ class _Compiled:
             text = ("# forward (with tape pushes)\n" + program_text(fwd) +
                     "# backward\n" + self.backward_text + "\n")
         return text
+
+
+class _Tiered:
+    """A native program whose machine code another process is compiling (``Kernel`` raises
+    ``Deferred``): meanwhile the NumPy backend's program of the same function runs its calls, made
+    on the first of them; from the call after the compile finished on, native code runs. A first
+    call that finds the machine code in the cache runs native code at once."""
+
+    def __init__(self, native, kernel, make_numpy):
+        self.native, self.kernel, self.make_numpy, self.numpy = native, kernel, make_numpy, None
+
+    def __call__(self, *args):
+        if self.kernel.ready:
+            return self.native(*args)
+        try:
+            out = self.native(*args)
+        except native_backend.Deferred:
+            if self.numpy is None:
+                self.numpy = self.make_numpy()
+            return self.numpy(*args)
+        self.make_numpy = self.numpy = None         # native code from now on: let go of the example arguments
+        return out
 
 
 def _native_vjp(grad_fn, cotangent, wrt):
@@ -403,6 +438,14 @@ class _Transform:
             if not entry.cap.current():
                 del self.cache[key]
         self.plans = {k: v for k, v in self.plans.items() if any(id(e) == k[0] for e in self.cache.values())}
+
+    def wait(self):
+        """Block until the native code compiling in other processes for this transform's calls so
+        far (``FLOWGRAD_TIERED``) is ready: the next calls run it. Returns the transform."""
+        for entry in self.cache.values():
+            if entry.kernel is not None:
+                entry.kernel.wait()
+        return self
 
     def release(self):
         """Free the working memory compiled native code keeps between calls (intermediates,

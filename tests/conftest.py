@@ -12,6 +12,7 @@ The suite is split by what a test needs (STYLE.md, rule 7):
 """
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +26,10 @@ REPO_ROOT = TESTS_DIR.parent
 for _path in (str(TESTS_DIR), str(REPO_ROOT)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+# The native backend's semantics under test: its first calls compile here rather than run by the
+# NumPy backend while another process compiles (tests/test_first_call.py tests that tiering)
+os.environ.setdefault("FLOWGRAD_TIERED", "0")
 
 # Every engine test runs once per backend. Enabling "native" (Numba) is a one-line change:
 BACKENDS = ["numpy"] + (["native"] if importlib.util.find_spec("numba") else [])

@@ -26,7 +26,8 @@ from .native_calls import (CALL_LOWERING, _scalar_type, lower_product_sum, new_a
                            whole_reduction)
 from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _placed_reads, _product_sums,
                           _reads, _reads_ahead, _reads_off, _tape_views, _view)
-from .native_kernel import Kernel, available, cache_dir, compile_source  # noqa: F401 (the backend's interface)
+from .native_kernel import (Deferred, Kernel, available, cache_dir, compile_source,  # noqa: F401 (the backend's
+                            tiered)                                                   # interface)
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 

@@ -1,16 +1,46 @@
 """Compiling the native backend's generated source and running it: the source is written to a
 cache directory, named by its hash, and imported, so Numba's ``cache=True`` machine code is
-reused by a new process; a ``Kernel`` holds the compiled function with its workspace."""
+reused by a new process; a ``Kernel`` holds the compiled function with its workspace.
+
+Compiling a large generated function takes Numba from seconds to minutes. A kernel whose
+machine code is not in the cache yet for its argument types can be compiled in another process
+(``Kernel.deferrable``, set where the caller has another way to run the call meanwhile: the
+NumPy backend, see ``api._Tiered``): its calls raise ``Deferred`` until that process has written
+the machine code to the cache, then load it. A compile that runs in this process and takes more
+than ``PROGRESS_AFTER`` seconds prints a line naming what compiles (``FLOWGRAD_PROGRESS=0``: none).
+"""
 from __future__ import annotations
 
 import functools
 import hashlib
 import importlib.util
 import os
+import pickle
+import subprocess
 import sys
+import threading
+import time
 import warnings
 
 import numpy as np
+
+PROGRESS_AFTER = 2.0        # seconds of compiling in this process before a progress line
+
+
+class Deferred(Exception):
+    """A call of a kernel whose machine code another process is still compiling."""
+
+
+def tiered() -> bool:
+    """Whether native code not yet in the cache compiles in another process while the NumPy
+    backend runs the calls (``FLOWGRAD_TIERED``, on unless "0")."""
+    return os.environ.get("FLOWGRAD_TIERED", "1") != "0"
+
+
+def progress(message):
+    """A progress line on stderr (``FLOWGRAD_PROGRESS=0``: none)."""
+    if os.environ.get("FLOWGRAD_PROGRESS", "1") != "0":
+        print(f"flowgrad: {message}", file=sys.stderr, flush=True)
 
 
 class Kernel:
@@ -26,7 +56,7 @@ class Kernel:
 
     KEEP = 2        # arrays remembered per output: a caller holding the previous one still gets one
 
-    def __init__(self, fn, types, out_types=(), serial=None, sites=()):
+    def __init__(self, fn, types, out_types=(), serial=None, sites=(), source=None):
         self.fn = fn
         self.sites = sites          # the user's line of each index check, by its number
         self.types = types
@@ -34,6 +64,43 @@ class Kernel:
         self.pool = []
         self.spare = [[] for _ in out_types]
         self.serial = serial        # loads the one-thread version, until the first call compiled
+        self.source = source        # (generated source, its path in the cache)
+        self.deferrable = False     # the first call may compile in another process (``Deferred``)
+        self.compiling = None       # that process, while it runs
+        self.ready = False          # machine code for the call's types is in this process or its cache
+        self.marker = ""            # set for the first call here: the file written once it compiled
+
+    def _prepare(self, args):
+        """Before the first call in this process: machine code for its types is loaded or compiled
+        here (``marker`` set: the call compiles), or another process compiles it and this raises
+        ``Deferred`` (``deferrable``) until that process has finished."""
+        if self.compiling is not None:
+            if self.compiling.poll() is None:
+                raise Deferred(self.fn.__name__)
+            seconds = time.perf_counter() - self.compiling.started
+            self.marker, self.compiling = self.compiling.marker, None
+            self.ready = True
+            progress(f"native code for {self.fn.__name__} compiled in {seconds:.1f} s; it runs the calls from now on")
+            return
+        import numba
+        types = tuple(numba.typeof(a) for a in args) + tuple(
+            numba.typeof(tuple(np.empty((0,) * nd, dtype=dt) for dt, nd, *_ in group))
+            for group in (self.types, self.out_types))
+        marker = self._marker(types)
+        if self.deferrable and self.source is not None and not os.path.exists(marker):
+            self.compiling = _compile_elsewhere(self.source, self.fn.__name__, types, marker)
+            lines = self.source[0].count("\n")
+            progress(f"compiling native code for {self.fn.__name__} ({lines} lines) in another process; the NumPy "
+                     "backend runs the calls until it is ready")
+            raise Deferred(self.fn.__name__)
+        self.marker, self.ready = marker, True
+
+    def _marker(self, types):
+        """The file saying that the cache holds machine code for ``types`` (written after compiling)."""
+        if self.source is None:
+            return ""
+        key = hashlib.sha256(repr(types).encode()).hexdigest()[:16]
+        return f"{self.source[1][:-3]}.{self.fn.__name__}.{key}.compiled"
 
     def _first(self, args):
         """Run the first call of a function with parallel loops; should Numba fail to compile
@@ -59,10 +126,16 @@ class Kernel:
         return np.empty((0,) * nd, dtype=dt)
 
     def __call__(self, *args):
+        first = not self.ready
+        if first:
+            self._prepare(args)
         ws = self.pool.pop() if self.pool else tuple(np.empty((0,) * nd, dtype=dt) for dt, nd in self.types)
         args = args + (ws, tuple(self._offer(k) for k in range(len(self.out_types))))
         try:
-            out = self.fn(*args) if self.serial is None else self._first(args)
+            if first and self.marker:
+                out = self._compile_here(args)
+            else:
+                out = self.fn(*args) if self.serial is None else self._first(args)
         except IndexError as exc:
             from .native_runtime import OUT_OF_BOUNDS
             if exc.args[:1] != (OUT_OF_BOUNDS,):
@@ -84,10 +157,55 @@ class Kernel:
             del bufs[:-self.KEEP]
         return out[0] if len(out) == 2 else out[:-1]
 
+    def _compile_here(self, args):
+        """The first call in this process: a progress line if compiling takes a while, and the
+        marker once the machine code is in the cache."""
+        done = threading.Event()
+        started = time.perf_counter()
+        lines = self.source[0].count("\n")
+        timer = threading.Timer(PROGRESS_AFTER, lambda: done.is_set() or progress(
+            f"compiling native code for {self.fn.__name__} ({lines} lines)..."))
+        timer.daemon = True
+        timer.start()
+        try:
+            out = self.fn(*args) if self.serial is None else self._first(args)
+        finally:
+            done.set()
+            timer.cancel()
+        seconds = time.perf_counter() - started
+        if seconds > PROGRESS_AFTER:
+            progress(f"native code for {self.fn.__name__} compiled in {seconds:.1f} s")
+        _touch(self.marker)
+        self.marker = ""
+        return out
+
+    def wait(self):
+        """Block until another process compiling this kernel has finished."""
+        if self.compiling is not None:
+            self.compiling.wait()
+
     def release(self):
         self.pool.clear()
         for bufs in self.spare:
             bufs.clear()
+
+
+def _touch(path):
+    try:
+        with open(path, "w", opener=lambda p, flags: os.open(p, flags, 0o600)):
+            pass
+    except OSError:
+        pass
+
+
+def _compile_elsewhere(source, name, types, marker):
+    """A process compiling ``name`` of ``source`` for ``types`` into the cache (``native_compile``)."""
+    proc = subprocess.Popen([sys.executable, "-m", "flowgrad.backends.native_compile"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    proc.stdin.write(pickle.dumps((source[0], source[1], name, types, marker)))
+    proc.stdin.close()
+    proc.started, proc.marker = time.perf_counter(), marker
+    return proc
 
 
 def _unheld(a):
@@ -171,7 +289,7 @@ def compile_source(src: str, name: str):
             del sys.modules[modname]
             raise
     return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name), getattr(mod, "OUTPUTS_" + name), serial,
-                  getattr(mod, "SITES_" + name, ()))
+                  getattr(mod, "SITES_" + name, ()), (src, path))
 
 
 def _read(path):
