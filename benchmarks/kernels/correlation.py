@@ -31,5 +31,16 @@ def args(size="test", seed=0):
     return (data,)
 
 
-JAX_NOTE = ("row loop writes triangular slices corr[i, i+1:] whose length depends on the loop index; "
-            "JAX needs static shapes, so the loop must be replaced by a full matrix product")
+def jax_kernel(data):
+    import jax.numpy as jnp
+    data = jnp.asarray(data)
+    n, m = data.shape
+    mean = jnp.mean(data, axis=0)
+    stddev = jnp.sqrt(jnp.mean((data - mean) ** 2, axis=0))
+    stddev = jnp.where(stddev <= EPS, 1.0, stddev)
+    data = (data - mean) / (jnp.sqrt(n) * stddev)
+    # the row loop's iterations are independent: one product, its strict upper triangle
+    # mirrored, and the unit diagonal
+    upper = jnp.triu(data.T @ data, 1)
+    corr = upper + upper.T + jnp.eye(m)
+    return jnp.sum(corr * corr)

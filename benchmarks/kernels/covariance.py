@@ -24,5 +24,12 @@ def args(size="test", seed=0):
     return (data,)
 
 
-JAX_NOTE = ("row loop writes triangular slices cov[i, i:] whose length depends on the loop index; "
-            "JAX needs static shapes, so the loop must be replaced by a full matrix product")
+def jax_kernel(data):
+    import jax.numpy as jnp
+    data = jnp.asarray(data)
+    n, m = data.shape
+    data = data - jnp.mean(data, axis=0)
+    # the row loop's iterations are independent: one product, its upper triangle mirrored
+    prod = data.T @ data / (n - 1.0)
+    cov = jnp.triu(prod) + jnp.triu(prod, 1).T
+    return jnp.sum(cov * cov)

@@ -31,5 +31,25 @@ def args(size="test", seed=0):
     return (r,)
 
 
-JAX_NOTE = ("slices r[k-1::-1], y[:k] grow with the loop index k; lax.fori_loop needs static shapes, "
-            "so JAX needs a masked rewrite")
+def jax_kernel(r):
+    import jax.numpy as jnp
+    from jax import lax
+    r = jnp.asarray(r)
+    n = r.shape[0]
+    zeros = jnp.zeros(n)
+    # r[k-1::-1] and y[k-1::-1] as fixed-length windows of the reversed vector padded with
+    # zeros: entries t >= k of the window are 0, and y[t] = 0 for t >= k
+    r_rev = jnp.concatenate([r[::-1], zeros])
+
+    def body(k, c):
+        y, beta, alpha = c
+        beta = (1.0 - alpha * alpha) * beta
+        s = lax.dynamic_slice(r_rev, (n - k,), (n,)) @ y
+        alpha = -(r[k] + s) / beta
+        y_rev = lax.dynamic_slice(jnp.concatenate([y[::-1], zeros]), (n - k,), (n,))
+        y = (y + alpha * y_rev).at[k].set(alpha)
+        return (y, beta, alpha)
+
+    y0 = zeros.at[0].set(-r[0])
+    y = lax.fori_loop(1, n, body, (y0, jnp.asarray(1.0), -r[0]))[0]
+    return jnp.sum(y * y)

@@ -27,5 +27,24 @@ def args(size="test", seed=0):
     return (A,)
 
 
-JAX_NOTE = ("inner loop range(k + 1, n) depends on the outer index; lax.fori_loop with a traced lower "
-            "bound lowers to while_loop, which JAX cannot reverse-differentiate")
+def jax_kernel(A):
+    import jax.numpy as jnp
+    from jax import lax
+    A = jnp.asarray(A)
+    m, n = A.shape
+    cols = jnp.arange(n)
+
+    def body(k, c):
+        A, Q, R = c
+        a = A[:, k]
+        rkk = jnp.sqrt(a @ a)
+        q = a / rkk
+        # the j loop's iterations are independent: all columns at once, j > k kept
+        rk = jnp.where(cols > k, q @ A, 0.0)
+        A = A - jnp.outer(q, rk)
+        R = R.at[k].set(jnp.where(cols == k, rkk, rk))
+        Q = Q.at[:, k].set(q)
+        return (A, Q, R)
+
+    A, Q, R = lax.fori_loop(0, n, body, (A, jnp.zeros((m, n)), jnp.zeros((n, n))))
+    return jnp.sum(R) + jnp.sum(Q)

@@ -34,5 +34,23 @@ def args(size="test", seed=0):
     return (A, b, p["max_iter"])
 
 
-JAX_NOTE = ("data-dependent while loop (convergence test); lax.while_loop is not reverse-differentiable "
-            "(would need a fixed trip count or an implicit-function custom_vjp)")
+def jax_kernel(A, b, max_iter):
+    import jax.numpy as jnp
+    from jax import lax
+    A = jnp.asarray(A)
+    b = jnp.asarray(b)
+    d = jnp.diagonal(A)
+    x = jnp.zeros_like(b)
+
+    # max_iter bounds the while loop: a fori_loop of max_iter steps; a step after convergence
+    # computes and discards its update (jnp.where), so the state stays as the while loop left
+    # it.  (lax.cond would skip that work, but its reverse pass keeps A for every step.)
+    def body(it, c):
+        x, r = c
+        active = ~(jnp.max(jnp.abs(r)) < TOL)
+        x_new = x + r / d
+        r_new = b - A @ x_new
+        return (jnp.where(active, x_new, x), jnp.where(active, r_new, r))
+
+    x = lax.fori_loop(0, max_iter, body, (x, b - A @ x))[0]
+    return jnp.sum(x * x) + jnp.sum(x)
