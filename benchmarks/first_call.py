@@ -16,6 +16,7 @@ at most 0.5 s besides the call itself (a steady call's time, measured after it).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -134,11 +135,7 @@ def main(argv=None):
     ap.add_argument("--kernels", default=",".join(kernels.NAMES))
     ap.add_argument("--out", default=None)
     ns = ap.parse_args(argv)
-    try:
-        import jax  # noqa: F401
-        has_jax = True
-    except ImportError:
-        has_jax = False
+    has_jax = importlib.util.find_spec("jax") is not None
     t0 = time.perf_counter()
     rows = []
     for name in ns.kernels.split(","):
