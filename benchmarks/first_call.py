@@ -144,6 +144,7 @@ def main(argv=None):
         print(name, json.dumps({k: v for k, v in r.items() if k != "kernel"}), flush=True)
     text = report(rows, time.perf_counter() - t0)
     if ns.out:
+        Path(ns.out).mkdir(parents=True, exist_ok=True)
         Path(ns.out, "first_call.md").write_text(text)
     print(text)
     return 0
