@@ -798,9 +798,10 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     backward = _merge_part_clears(backward)
     backward = _fold_zero_inits(_rotate_zero_resets(backward, _read_counts(backward)))
     backward = _replay_definitions(prog, backward)
-    loops = loop_ckpt.top_loops(prog.body) + [(key, loop) for key, loop, _ in loop_ckpt.nested_loops(prog.body)]
+    inner = loop_ckpt.nested_loops(prog.body)
+    loops = loop_ckpt.top_loops(prog.body) + [(key, loop) for key, loop, _ in inner]
     planned = {key: loop for key, loop in loops if (loop_plan or {}).get(key, (STORE_ALL,))[0] != STORE_ALL}
-    nested = {key: outer for key, _, outer in loop_ckpt.nested_loops(prog.body)}
+    nested = {key: outer for key, _, outer in inner}
     replayed = {}               # backward loop variable -> the forward body checkpointing re-runs there
     for loop in planned.values():
         if isinstance(loop, For):
