@@ -529,8 +529,9 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
         description="Benchmark flowgrad against NumPy, JAX and PyTorch on the kernel corpus.")
-    p.add_argument("--size", choices=("bench", "test"), default=None,
-                   help="problem sizes from each kernel's SIZES (default: bench; test with --check)")
+    p.add_argument("--size", choices=("bench", "bench4", "test"), default=None,
+                   help="problem sizes from each kernel's SIZES (default: bench; test with --check); "
+                        "bench4 is four times bench's work")
     p.add_argument("--kernels", default=None, help="comma-separated kernel names (default: all)")
     p.add_argument("--repeat", type=int, default=None,
                    help="timed repetitions per measurement (default: adaptive, within --budget)")

@@ -47,7 +47,9 @@ def kernel(u, tsteps):
 
 
 WRT = ("u",)
-SIZES = {"test": {"n": 10, "tsteps": 3}, "bench": {"n": 150, "tsteps": 10}}
+SIZES = {"test": {"n": 10, "tsteps": 3}, "bench": {"n": 150, "tsteps": 10},
+         # bench4, 4x the work: n^2*tsteps: interior 148 -> 296 a side, steps kept
+         "bench4": {"n": 298, "tsteps": 10}}
 
 
 def args(size="test", seed=0):

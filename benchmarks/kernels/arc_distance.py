@@ -13,7 +13,9 @@ def kernel(theta_1, phi_1, theta_2, phi_2):
 
 
 WRT = ("theta_1", "phi_1", "theta_2", "phi_2")
-SIZES = {"test": {"n": 8, "m": 10}, "bench": {"n": 1000, "m": 1200}}
+SIZES = {"test": {"n": 8, "m": 10}, "bench": {"n": 1000, "m": 1200},
+         # bench4, 4x the work: n*m pairs: both doubled
+         "bench4": {"n": 2000, "m": 2400}}
 
 
 def args(size="test", seed=0):

@@ -13,7 +13,9 @@ def kernel(A, x):
 
 
 WRT = ("A", "x")
-SIZES = {"test": {"m": 8, "n": 10}, "bench": {"m": 1800, "n": 2200}}
+SIZES = {"test": {"m": 8, "n": 10}, "bench": {"m": 1800, "n": 2200},
+         # bench4, 4x the work: m*n: both doubled
+         "bench4": {"m": 3600, "n": 4400}}
 
 
 def args(size="test", seed=0):

@@ -27,7 +27,9 @@ def kernel(x, Wq, Wk, Wv, Wo, n_heads):
 
 
 WRT = ("x", "Wq", "Wk", "Wv", "Wo")
-SIZES = {"test": {"T": 6, "D": 8, "H": 2}, "bench": {"T": 512, "D": 256, "H": 8}}
+SIZES = {"test": {"T": 6, "D": 8, "H": 2}, "bench": {"T": 512, "D": 256, "H": 8},
+         # bench4, 4x the work: T*D^2 and T^2*D: T, D x4^(1/3), D % H == 0
+         "bench4": {"T": 812, "D": 408, "H": 8}}
 
 
 def args(size="test", seed=0):

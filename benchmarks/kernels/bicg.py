@@ -13,7 +13,9 @@ def kernel(A, p, r):
 
 
 WRT = ("A", "p", "r")
-SIZES = {"test": {"m": 10, "n": 8}, "bench": {"m": 2200, "n": 1800}}
+SIZES = {"test": {"m": 10, "n": 8}, "bench": {"m": 2200, "n": 1800},
+         # bench4, 4x the work: m*n: both doubled
+         "bench4": {"m": 4400, "n": 3600}}
 
 
 def args(size="test", seed=0):

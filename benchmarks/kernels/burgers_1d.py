@@ -18,7 +18,9 @@ def kernel(u, nu, n_steps):
 
 
 WRT = ("u", "nu")
-SIZES = {"test": {"n": 16, "n_steps": 5}, "bench": {"n": 20000, "n_steps": 500}}
+SIZES = {"test": {"n": 16, "n_steps": 5}, "bench": {"n": 20000, "n_steps": 500},
+         # bench4, 4x the work: n*n_steps: the grid x4, steps kept
+         "bench4": {"n": 80000, "n_steps": 500}}
 
 
 def args(size="test", seed=0):

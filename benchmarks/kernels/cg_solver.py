@@ -27,7 +27,9 @@ def kernel(A, b, max_iter):
 
 
 WRT = ("A", "b")
-SIZES = {"test": {"n": 16, "max_iter": 200}, "bench": {"n": 2000, "max_iter": 200}}
+SIZES = {"test": {"n": 16, "max_iter": 200}, "bench": {"n": 2000, "max_iter": 200},
+         # bench4, 4x the work: n doubled; the CG iteration count does not depend on n
+         "bench4": {"n": 4000, "max_iter": 200}}
 
 
 def args(size="test", seed=0):

@@ -20,7 +20,9 @@ def kernel(x, w, bias):
 
 WRT = ("x", "w", "bias")
 SIZES = {"test": {"N": 2, "H": 8, "C": 3, "K": 3, "F": 4},
-         "bench": {"N": 8, "H": 40, "C": 16, "K": 3, "F": 32}}
+         "bench": {"N": 8, "H": 40, "C": 16, "K": 3, "F": 32},
+         # bench4, 4x the work: the batch x4
+         "bench4": {"N": 32, "H": 40, "C": 16, "K": 3, "F": 32}}
 
 
 def args(size="test", seed=0):

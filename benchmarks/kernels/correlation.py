@@ -21,7 +21,9 @@ def kernel(data):
 
 
 WRT = ("data",)
-SIZES = {"test": {"n": 12, "m": 8}, "bench": {"n": 600, "m": 500}}
+SIZES = {"test": {"n": 12, "m": 8}, "bench": {"n": 600, "m": 500},
+         # bench4, 4x the work: n*m^2: both x4^(1/3) each
+         "bench4": {"n": 952, "m": 794}}
 
 
 def args(size="test", seed=0):

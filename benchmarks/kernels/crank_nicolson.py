@@ -31,7 +31,9 @@ def kernel(u, kappa, n_steps):
 
 
 WRT = ("u", "kappa")
-SIZES = {"test": {"n": 12, "n_steps": 3}, "bench": {"n": 1000, "n_steps": 30}}
+SIZES = {"test": {"n": 12, "n_steps": 3}, "bench": {"n": 1000, "n_steps": 30},
+         # bench4, 4x the work: n*n_steps: the grid x4, steps kept
+         "bench4": {"n": 4000, "n_steps": 30}}
 
 
 def args(size="test", seed=0):

@@ -69,7 +69,9 @@ def kernel(imgIn, alpha):
 
 
 WRT = ("imgIn", "alpha")
-SIZES = {"test": {"w": 8, "h": 10}, "bench": {"w": 500, "h": 400}}
+SIZES = {"test": {"w": 8, "h": 10}, "bench": {"w": 500, "h": 400},
+         # bench4, 4x the work: w*h: both doubled
+         "bench4": {"w": 1000, "h": 800}}
 
 
 def args(size="test", seed=0):

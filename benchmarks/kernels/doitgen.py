@@ -13,7 +13,9 @@ def kernel(A, C4):
 
 
 WRT = ("A", "C4")
-SIZES = {"test": {"nr": 4, "nq": 5, "np": 6}, "bench": {"nr": 100, "nq": 80, "np": 120}}
+SIZES = {"test": {"nr": 4, "nq": 5, "np": 6}, "bench": {"nr": 100, "nq": 80, "np": 120},
+         # bench4, 4x the work: nr*nq*np^2: each x4^(1/4)
+         "bench4": {"nr": 141, "nq": 113, "np": 170}}
 
 
 def args(size="test", seed=0):

@@ -20,7 +20,9 @@ def kernel(r):
 
 
 WRT = ("r",)
-SIZES = {"test": {"n": 12}, "bench": {"n": 2500}}
+SIZES = {"test": {"n": 12}, "bench": {"n": 2500},
+         # bench4, 4x the work: n^2: n doubled
+         "bench4": {"n": 5000}}
 
 
 def args(size="test", seed=0):

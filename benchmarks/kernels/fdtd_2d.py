@@ -14,7 +14,9 @@ def kernel(ex, ey, hz, fict):
 
 
 WRT = ("ex", "ey", "hz", "fict")
-SIZES = {"test": {"nx": 8, "ny": 10, "tmax": 4}, "bench": {"nx": 400, "ny": 500, "tmax": 40}}
+SIZES = {"test": {"nx": 8, "ny": 10, "tmax": 4}, "bench": {"nx": 400, "ny": 500, "tmax": 40},
+         # bench4, 4x the work: nx*ny*tmax: the grid doubled a side, steps kept
+         "bench4": {"nx": 800, "ny": 1000, "tmax": 40}}
 
 
 def args(size="test", seed=0):

@@ -18,7 +18,9 @@ def kernel(D):
 
 
 WRT = ("D",)
-SIZES = {"test": {"n": 8}, "bench": {"n": 100}}
+SIZES = {"test": {"n": 8}, "bench": {"n": 100},
+         # bench4, 4x the work: n^3: n x4^(1/3)
+         "bench4": {"n": 159}}
 
 
 def args(size="test", seed=0):

@@ -12,7 +12,9 @@ def kernel(alpha, beta, C, A, B):
 
 
 WRT = ("alpha", "beta", "C", "A", "B")
-SIZES = {"test": {"ni": 6, "nj": 7, "nk": 8}, "bench": {"ni": 110, "nj": 130, "nk": 120}}
+SIZES = {"test": {"ni": 6, "nj": 7, "nk": 8}, "bench": {"ni": 110, "nj": 130, "nk": 120},
+         # bench4, 4x the work: ni*nj*nk: x4^(1/3) each
+         "bench4": {"ni": 175, "nj": 206, "nk": 190}}
 
 
 def args(size="test", seed=0):

@@ -15,7 +15,9 @@ def kernel(alpha, beta, A, u1, v1, u2, v2, w, x, y, z):
 
 
 WRT = ("alpha", "beta", "A", "u1", "v1", "u2", "v2", "w", "x", "y", "z")
-SIZES = {"test": {"n": 10}, "bench": {"n": 2000}}
+SIZES = {"test": {"n": 10}, "bench": {"n": 2000},
+         # bench4, 4x the work: n^2: n doubled
+         "bench4": {"n": 4000}}
 
 
 def args(size="test", seed=0):

@@ -14,7 +14,9 @@ def kernel(alpha, beta, A, B, x):
 
 
 WRT = ("alpha", "beta", "A", "B", "x")
-SIZES = {"test": {"n": 10}, "bench": {"n": 2000}}
+SIZES = {"test": {"n": 10}, "bench": {"n": 2000},
+         # bench4, 4x the work: n^2: n doubled
+         "bench4": {"n": 4000}}
 
 
 def args(size="test", seed=0):

@@ -17,7 +17,9 @@ def kernel(x, W, src, dst, anchors, n_layers):
 
 WRT = ("x", "W")
 SIZES = {"test": {"n": 10, "E": 30, "F": 4, "A": 3, "L": 2},
-         "bench": {"n": 3000, "E": 30000, "F": 32, "A": 300, "L": 3}}
+         "bench": {"n": 3000, "E": 30000, "F": 32, "A": 300, "L": 3},
+         # bench4, 4x the work: the graph x4 (nodes, edges, anchors)
+         "bench4": {"n": 12000, "E": 120000, "F": 32, "A": 1200, "L": 3}}
 
 
 def args(size="test", seed=0):

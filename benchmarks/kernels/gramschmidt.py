@@ -17,7 +17,9 @@ def kernel(A):
 
 
 WRT = ("A",)
-SIZES = {"test": {"m": 12, "n": 8}, "bench": {"m": 240, "n": 200}}
+SIZES = {"test": {"m": 12, "n": 8}, "bench": {"m": 240, "n": 200},
+         # bench4, 4x the work: m*n^2: both x4^(1/3) each
+         "bench4": {"m": 381, "n": 317}}
 
 
 def args(size="test", seed=0):

@@ -18,7 +18,9 @@ def kernel(in_field, coeff):
 
 
 WRT = ("in_field", "coeff")
-SIZES = {"test": {"I": 6, "J": 7, "K": 3}, "bench": {"I": 128, "J": 128, "K": 40}}
+SIZES = {"test": {"I": 6, "J": 7, "K": 3}, "bench": {"I": 128, "J": 128, "K": 40},
+         # bench4, 4x the work: I*J*K: I and J doubled, levels kept
+         "bench4": {"I": 256, "J": 256, "K": 40}}
 
 
 def args(size="test", seed=0):

@@ -19,7 +19,9 @@ def kernel(u, kappa, n_steps):
 
 
 WRT = ("u", "kappa")
-SIZES = {"test": {"n": 12, "n_steps": 5}, "bench": {"n": 20000, "n_steps": 1000}}
+SIZES = {"test": {"n": 12, "n_steps": 5}, "bench": {"n": 20000, "n_steps": 1000},
+         # bench4, 4x the work: n*n_steps: the grid x4, steps kept
+         "bench4": {"n": 80000, "n_steps": 1000}}
 
 
 def args(size="test", seed=0):

@@ -19,7 +19,9 @@ def kernel(A, B, tsteps):
 
 
 WRT = ("A", "B")
-SIZES = {"test": {"n": 8, "tsteps": 3}, "bench": {"n": 50, "tsteps": 20}}
+SIZES = {"test": {"n": 8, "tsteps": 3}, "bench": {"n": 50, "tsteps": 20},
+         # bench4, 4x the work: n^3*tsteps: interior 48 -> 76 a side (3.97x)
+         "bench4": {"n": 78, "tsteps": 20}}
 
 
 def args(size="test", seed=0):

@@ -17,7 +17,9 @@ def kernel(u, kappa, n_steps):
 
 
 WRT = ("u", "kappa")
-SIZES = {"test": {"n": 10, "n_steps": 4}, "bench": {"n": 400, "n_steps": 40}}
+SIZES = {"test": {"n": 10, "n_steps": 4}, "bench": {"n": 400, "n_steps": 40},
+         # bench4, 4x the work: n^3 per step (dense solve): n x4^(1/3)
+         "bench4": {"n": 635, "n_steps": 40}}
 
 
 def args(size="test", seed=0):

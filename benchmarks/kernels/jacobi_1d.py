@@ -11,7 +11,9 @@ def kernel(A, B, tsteps):
 
 
 WRT = ("A", "B")
-SIZES = {"test": {"n": 16, "tsteps": 4}, "bench": {"n": 40000, "tsteps": 500}}
+SIZES = {"test": {"n": 16, "tsteps": 4}, "bench": {"n": 40000, "tsteps": 500},
+         # bench4, 4x the work: n*tsteps: the grid x4, steps kept
+         "bench4": {"n": 160000, "tsteps": 500}}
 
 
 def args(size="test", seed=0):

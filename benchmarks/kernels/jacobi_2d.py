@@ -11,7 +11,9 @@ def kernel(A, B, tsteps):
 
 
 WRT = ("A", "B")
-SIZES = {"test": {"n": 10, "tsteps": 4}, "bench": {"n": 300, "tsteps": 60}}
+SIZES = {"test": {"n": 10, "tsteps": 4}, "bench": {"n": 300, "tsteps": 60},
+         # bench4, 4x the work: n^2*tsteps: interior 298 -> 596 a side
+         "bench4": {"n": 598, "tsteps": 60}}
 
 
 def args(size="test", seed=0):

@@ -16,7 +16,9 @@ def kernel(alpha, beta, A, B, C, D):
 
 WRT = ("alpha", "beta", "A", "B", "C", "D")
 SIZES = {"test": {"ni": 6, "nj": 7, "nk": 8, "nl": 9},
-         "bench": {"ni": 400, "nj": 450, "nk": 500, "nl": 550}}
+         "bench": {"ni": 400, "nj": 450, "nk": 500, "nl": 550},
+         # bench4, 4x the work: three-index products: each x4^(1/3)
+         "bench4": {"ni": 635, "nj": 714, "nk": 794, "nl": 873}}
 
 
 def args(size="test", seed=0):

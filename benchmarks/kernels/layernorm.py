@@ -18,7 +18,9 @@ def kernel(x, gamma, beta, W, target):
 
 
 WRT = ("x", "gamma", "beta", "W")
-SIZES = {"test": {"B": 2, "T": 4, "D": 8}, "bench": {"B": 16, "T": 128, "D": 512}}
+SIZES = {"test": {"B": 2, "T": 4, "D": 8}, "bench": {"B": 16, "T": 128, "D": 512},
+         # bench4, 4x the work: the batch x4
+         "bench4": {"B": 64, "T": 128, "D": 512}}
 
 
 def args(size="test", seed=0):

@@ -39,7 +39,9 @@ def kernel(x, cw1, cb1, cw2, cb2, fw1, fb1, fw2, fb2, fw3, fb3, target):
 
 WRT = ("x", "cw1", "cb1", "cw2", "cb2", "fw1", "fb1", "fw2", "fb2", "fw3", "fb3")
 SIZES = {"test": {"N": 2, "H": 16, "c1": 4, "c2": 6, "f1": 12, "f2": 8, "classes": 5},
-         "bench": {"N": 64, "H": 32, "c1": 6, "c2": 16, "f1": 120, "f2": 84, "classes": 10}}
+         "bench": {"N": 64, "H": 32, "c1": 6, "c2": 16, "f1": 120, "f2": 84, "classes": 10},
+         # bench4, 4x the work: the batch x4
+         "bench4": {"N": 256, "H": 32, "c1": 6, "c2": 16, "f1": 120, "f2": 84, "classes": 10}}
 
 
 def args(size="test", seed=0):

@@ -16,7 +16,9 @@ def kernel(v, W, I_ext, n_steps):
 
 
 WRT = ("v", "W", "I_ext")
-SIZES = {"test": {"n": 12, "n_steps": 5}, "bench": {"n": 2000, "n_steps": 50}}
+SIZES = {"test": {"n": 12, "n_steps": 5}, "bench": {"n": 2000, "n_steps": 50},
+         # bench4, 4x the work: n^2*n_steps (W @ v): n doubled
+         "bench4": {"n": 4000, "n_steps": 50}}
 
 
 def args(size="test", seed=0):

@@ -14,7 +14,9 @@ def kernel(X, w):
 
 
 WRT = ("X",)
-SIZES = {"test": {"m": 8, "n": 10}, "bench": {"m": 2000, "n": 1000}}
+SIZES = {"test": {"m": 8, "n": 10}, "bench": {"m": 2000, "n": 1000},
+         # bench4, 4x the work: m*n: both doubled
+         "bench4": {"m": 4000, "n": 2000}}
 
 
 def args(size="test", seed=0):

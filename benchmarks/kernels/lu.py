@@ -14,7 +14,9 @@ def kernel(A):
 
 
 WRT = ("A",)
-SIZES = {"test": {"n": 10}, "bench": {"n": 150}}
+SIZES = {"test": {"n": 10}, "bench": {"n": 150},
+         # bench4, 4x the work: n^3: n x4^(1/3)
+         "bench4": {"n": 238}}
 
 
 def args(size="test", seed=0):

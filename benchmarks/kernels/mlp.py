@@ -21,7 +21,9 @@ def kernel(x, w1, b1, w2, b2, w3, b3, target):
 
 WRT = ("x", "w1", "b1", "w2", "b2", "w3", "b3")
 SIZES = {"test": {"batch": 4, "d_in": 8, "h1": 10, "h2": 6, "d_out": 5},
-         "bench": {"batch": 256, "d_in": 1024, "h1": 2048, "h2": 1024, "d_out": 10}}
+         "bench": {"batch": 256, "d_in": 1024, "h1": 2048, "h2": 1024, "d_out": 10},
+         # bench4, 4x the work: the batch x4
+         "bench4": {"batch": 1024, "d_in": 1024, "h1": 2048, "h2": 1024, "d_out": 10}}
 
 
 def args(size="test", seed=0):

@@ -12,7 +12,9 @@ def kernel(x1, x2, y1, y2, A):
 
 
 WRT = ("x1", "x2", "y1", "y2", "A")
-SIZES = {"test": {"n": 10}, "bench": {"n": 2000}}
+SIZES = {"test": {"n": 10}, "bench": {"n": 2000},
+         # bench4, 4x the work: n^2: n doubled
+         "bench4": {"n": 4000}}
 
 
 def args(size="test", seed=0):

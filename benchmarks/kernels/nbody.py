@@ -40,7 +40,9 @@ def kernel(pos, vel, mass, dt, n_steps):
 
 
 WRT = ("pos", "vel", "mass", "dt")
-SIZES = {"test": {"n": 8, "n_steps": 3}, "bench": {"n": 200, "n_steps": 8}}
+SIZES = {"test": {"n": 8, "n_steps": 3}, "bench": {"n": 200, "n_steps": 8},
+         # bench4, 4x the work: n^2 pairs per step: n doubled
+         "bench4": {"n": 400, "n_steps": 8}}
 
 
 def args(size="test", seed=0):

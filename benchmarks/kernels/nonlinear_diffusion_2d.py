@@ -11,7 +11,9 @@ def kernel(u, kappa, steps):
 
 
 WRT = ("u", "kappa")
-SIZES = {"test": {"n": 10, "steps": 4}, "bench": {"n": 400, "steps": 200}}
+SIZES = {"test": {"n": 10, "steps": 4}, "bench": {"n": 400, "steps": 200},
+         # bench4, 4x the work: n^2*steps: interior 398 -> 796 a side
+         "bench4": {"n": 798, "steps": 200}}
 
 
 def args(size="test", seed=0):

@@ -25,7 +25,9 @@ def kernel(x, a, b):
 
 
 WRT = ("x", "a", "b")
-SIZES = {"test": {"n": 16}, "bench": {"n": 20000}}
+SIZES = {"test": {"n": 16}, "bench": {"n": 20000},
+         # bench4, 4x the work: n: x4
+         "bench4": {"n": 80000}}
 
 
 def args(size="test", seed=0):

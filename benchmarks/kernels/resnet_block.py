@@ -35,7 +35,9 @@ def kernel(x, w1, g1, b1, w2, g2, b2):
 
 
 WRT = ("x", "w1", "g1", "b1", "w2", "g2", "b2")
-SIZES = {"test": {"N": 2, "H": 6, "C": 4}, "bench": {"N": 8, "H": 32, "C": 32}}
+SIZES = {"test": {"N": 2, "H": 6, "C": 4}, "bench": {"N": 8, "H": 32, "C": 32},
+         # bench4, 4x the work: the batch x4
+         "bench4": {"N": 32, "H": 32, "C": 32}}
 
 
 def args(size="test", seed=0):

@@ -18,7 +18,9 @@ def kernel(y0, W, damping, dt, n_steps):
 
 
 WRT = ("y0", "W", "damping", "dt")
-SIZES = {"test": {"n": 8, "batch": 3, "n_steps": 4}, "bench": {"n": 200, "batch": 64, "n_steps": 50}}
+SIZES = {"test": {"n": 8, "batch": 3, "n_steps": 4}, "bench": {"n": 200, "batch": 64, "n_steps": 50},
+         # bench4, 4x the work: n^2*batch*n_steps: the batch x4
+         "bench4": {"n": 200, "batch": 256, "n_steps": 50}}
 
 
 def args(size="test", seed=0):

@@ -16,7 +16,9 @@ def kernel(xs, h0, W, b, Wy):
 
 WRT = ("xs", "h0", "W", "b", "Wy")
 SIZES = {"test": {"T": 4, "batch": 3, "D": 5, "H": 6, "O": 2},
-         "bench": {"T": 60, "batch": 64, "D": 64, "H": 128, "O": 16}}
+         "bench": {"T": 60, "batch": 64, "D": 64, "H": 128, "O": 16},
+         # bench4, 4x the work: the batch x4
+         "bench4": {"T": 60, "batch": 256, "D": 64, "H": 128, "O": 16}}
 
 
 def args(size="test", seed=0):

@@ -14,7 +14,9 @@ def kernel(A, tsteps):
 
 
 WRT = ("A",)
-SIZES = {"test": {"n": 8, "tsteps": 2}, "bench": {"n": 48, "tsteps": 5}}
+SIZES = {"test": {"n": 8, "tsteps": 2}, "bench": {"n": 48, "tsteps": 5},
+         # bench4, 4x the work: n^2*tsteps: interior 46 -> 92 a side
+         "bench4": {"n": 94, "tsteps": 5}}
 
 
 def args(size="test", seed=0):

@@ -11,7 +11,9 @@ def kernel(x, w):
 
 
 WRT = ("x",)
-SIZES = {"test": {"N": 2, "H": 2, "SM": 8}, "bench": {"N": 16, "H": 8, "SM": 128}}
+SIZES = {"test": {"N": 2, "H": 2, "SM": 8}, "bench": {"N": 16, "H": 8, "SM": 128},
+         # bench4, 4x the work: the batch x4
+         "bench4": {"N": 64, "H": 8, "SM": 128}}
 
 
 def args(size="test", seed=0):

@@ -15,7 +15,9 @@ def kernel(indptr, indices, data, x, n_iter):
 
 
 WRT = ("data", "x")
-SIZES = {"test": {"n": 10, "max_nnz": 4, "n_iter": 3}, "bench": {"n": 5000, "max_nnz": 16, "n_iter": 3}}
+SIZES = {"test": {"n": 10, "max_nnz": 4, "n_iter": 3}, "bench": {"n": 5000, "max_nnz": 16, "n_iter": 3},
+         # bench4, 4x the work: the rows x4, nonzeros per row kept
+         "bench4": {"n": 20000, "max_nnz": 16, "n_iter": 3}}
 
 
 def args(size="test", seed=0):

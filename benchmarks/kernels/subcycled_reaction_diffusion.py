@@ -14,7 +14,9 @@ def kernel(c, k, steps, sub):
 
 
 WRT = ("c", "k")
-SIZES = {"test": {"n": 8, "steps": 3, "sub": 4}, "bench": {"n": 200, "steps": 20, "sub": 25}}
+SIZES = {"test": {"n": 8, "steps": 3, "sub": 4}, "bench": {"n": 200, "steps": 20, "sub": 25},
+         # bench4, 4x the work: n^2*steps*sub: the grid doubled a side
+         "bench4": {"n": 400, "steps": 20, "sub": 25}}
 
 
 def args(size="test", seed=0):

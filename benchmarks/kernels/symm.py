@@ -13,7 +13,9 @@ def kernel(alpha, beta, C, A, B):
 
 
 WRT = ("alpha", "beta", "C", "A", "B")
-SIZES = {"test": {"m": 6, "n": 8}, "bench": {"m": 100, "n": 120}}
+SIZES = {"test": {"m": 6, "n": 8}, "bench": {"m": 100, "n": 120},
+         # bench4, 4x the work: m^2*n: both x4^(1/3) each
+         "bench4": {"m": 159, "n": 190}}
 
 
 def args(size="test", seed=0):

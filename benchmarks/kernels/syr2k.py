@@ -12,7 +12,9 @@ def kernel(alpha, beta, C, A, B):
 
 
 WRT = ("alpha", "beta", "C", "A", "B")
-SIZES = {"test": {"n": 8, "m": 6}, "bench": {"n": 120, "m": 100}}
+SIZES = {"test": {"n": 8, "m": 6}, "bench": {"n": 120, "m": 100},
+         # bench4, 4x the work: n^2*m: both x4^(1/3) each
+         "bench4": {"n": 190, "m": 159}}
 
 
 def args(size="test", seed=0):

@@ -14,7 +14,9 @@ def kernel(L, b):
 
 
 WRT = ("L", "b")
-SIZES = {"test": {"n": 10}, "bench": {"n": 300}}
+SIZES = {"test": {"n": 10}, "bench": {"n": 300},
+         # bench4, 4x the work: n^2/2: n doubled
+         "bench4": {"n": 600}}
 
 
 def args(size="test", seed=0):

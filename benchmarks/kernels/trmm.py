@@ -12,7 +12,9 @@ def kernel(alpha, A, B):
 
 
 WRT = ("alpha", "A", "B")
-SIZES = {"test": {"m": 8, "n": 6}, "bench": {"m": 120, "n": 150}}
+SIZES = {"test": {"m": 8, "n": 6}, "bench": {"m": 120, "n": 150},
+         # bench4, 4x the work: m^2*n: both x4^(1/3) each
+         "bench4": {"m": 190, "n": 238}}
 
 
 def args(size="test", seed=0):

@@ -52,7 +52,9 @@ def kernel(utens_stage, u_stage, wcon, u_pos, utens, dtr_stage):
 
 
 WRT = ("utens_stage", "u_stage", "wcon", "u_pos", "utens", "dtr_stage")
-SIZES = {"test": {"I": 4, "J": 5, "K": 6}, "bench": {"I": 128, "J": 128, "K": 60}}
+SIZES = {"test": {"I": 4, "J": 5, "K": 6}, "bench": {"I": 128, "J": 128, "K": 60},
+         # bench4, 4x the work: I*J*K: I and J doubled, levels kept
+         "bench4": {"I": 256, "J": 256, "K": 60}}
 
 
 def args(size="test", seed=0):

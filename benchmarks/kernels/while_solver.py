@@ -22,7 +22,9 @@ def kernel(A, b, max_iter):
 
 
 WRT = ("A", "b")
-SIZES = {"test": {"n": 10, "max_iter": 500}, "bench": {"n": 2000, "max_iter": 500}}
+SIZES = {"test": {"n": 10, "max_iter": 500}, "bench": {"n": 2000, "max_iter": 500},
+         # bench4, 4x the work: n doubled; about the same iteration count
+         "bench4": {"n": 4000, "max_iter": 500}}
 
 
 def args(size="test", seed=0):
