@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import pickle
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from .autodiff.reverse import build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
 from .checkpoint.values import recompute as recompute_values
 from .backends import native as native_backend
+from .backends import native_kernel
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError, UnsupportedError
 from .frontends.python import capture
@@ -103,16 +105,93 @@ def _gradient_program(prog, wrt, namer):
                    [grad], gp.containers), gp.cotangent
 
 
+def _program_key(cap, backend, mode, wrt_spec, options):
+    """The key native code's generated source is kept on disk under (``native_kernel.load_program``):
+    the captured program in full (every statement with the user's line it came from, the containers,
+    the names already taken), the mode and its options, and the settings code generation reads; None
+    where it is not kept (the NumPy backend, ``FLOWGRAD_DUMP`` asking to see the passes run, a
+    program holding an object that does not pickle)."""
+    if backend != "native" or os.environ.get("FLOWGRAD_DUMP"):
+        return None
+    loop_kinds, uncompute, implicit_while, recompute = options
+    namer = getattr(cap.namer, "used", cap.namer)
+    try:
+        data = pickle.dumps((cap.name, cap.params, cap.body, cap.result, cap.containers,
+                             sorted(namer.items()) if isinstance(namer, dict) else namer, cap.arg_leaves,
+                             mode, tuple(wrt_spec), sorted((loop_kinds or {}).items()), bool(uncompute),
+                             bool(implicit_while), recompute, os.environ.get("FLOWGRAD_PARALLEL", "")), protocol=4)
+    except Exception:               # noqa: BLE001 - not kept, generated every time
+        return None
+    return native_kernel.program_key(data)
+
+
 class _Compiled:
-    """One captured and compiled specialisation."""
+    """One captured and compiled specialisation.
+
+    Native code's generated source is kept on disk by the captured program (``_program_key``): a
+    new process that captures the same program with the same options takes it from there, skipping
+    the passes and the code generation (measured 0.03-0.8 s per corpus kernel), and lowers the IR
+    (``prog``, ``gp``, ``tangent_prog``) only when something asks for it (a memory plan, ``ir()``)."""
+
+    _LAZY = ("prog", "gp", "tangent_prog", "backward_text", "cotangent", "ckpt_params")
 
     def __init__(self, fn, args, wrt_spec, backend, mode, loop_kinds=None, uncompute=False, implicit_while=False,
                  recompute=()):
+        if backend == "native":
+            native_kernel.warm_up()
         cap = fn._flowgrad_capture(args) if hasattr(fn, "_flowgrad_capture") else \
             capture(fn, args, object_args=wrt_spec)
         self.layout = cap.result_layout
         self.cap = cap
-        name = cap.name
+        self.result = cap.result
+        self.mode = mode
+        self.backend = backend
+        self.kernel = None          # native: the compiled function with its workspace
+        self.options = (loop_kinds, uncompute, implicit_while, recompute)
+        self.ckpt_vars = sorted(loop_kinds or {})
+        key = None if hasattr(fn, "_flowgrad_capture") else _program_key(cap, backend, mode, wrt_spec, self.options)
+        stored = native_kernel.load_program(key) if key else None
+        if mode != "forward":
+            self._resolve_wrt(cap, wrt_spec)
+        if stored is not None:
+            self.src, fname = stored["src"], stored["name"]
+            cotangent = stored.get("cotangent")
+            if cotangent is not None:
+                cotangent = Container("cotangent", cotangent[0], cotangent[1])
+            self._pending = True            # the IR is lowered on first use (``__getattr__``)
+        else:
+            self._lower()
+            self.src, fname = self._emit()
+            cotangent = self.gp.cotangent if mode not in TANGENT_MODES and mode != "forward" else None
+            if key:
+                shape = None if cotangent is None else [int(d.value) if isinstance(d, Const) else None
+                                                        for d in cotangent.shape]
+                if shape is None or None not in shape:
+                    native_kernel.store_program(key, {"src": self.src, "name": fname, "cotangent": None if shape is
+                                                       None else [cotangent.dtype.str, shape]})
+        rest = (fn, args, wrt_spec, mode, *self.options)
+        if backend == "native":
+            self.kernel = native_backend.compile_source(self.src, fname)
+            native = self.kernel if cotangent is None else _native_vjp(self.kernel, cotangent, self.wrt)
+            self.func = self._tiered(native, *rest)
+        else:
+            label = fname if mode in TANGENT_MODES else cap.name
+            self.func = numpy_backend.compile_source(self.src, fname, f"<flowgrad {label}>")
+
+    def __getattr__(self, name):
+        # the IR of a program whose source came from the disk cache, lowered when first asked for
+        if name in _Compiled._LAZY and self.__dict__.get("_pending"):
+            self._pending = False
+            self._lower()
+            self._emit()            # as when the source was generated (the backend may annotate the IR)
+            return getattr(self, name)
+        raise AttributeError(name)
+
+    def _lower(self):
+        """The captured program through the passes of its mode: ``prog`` (and ``gp``, the gradient
+        program, or ``tangent_prog``)."""
+        cap, backend, mode = self.cap, self.backend, self.mode
+        loop_kinds, uncompute, implicit_while, recompute = self.options
         containers = cap.containers
         if getattr(cap, "lowered", False):      # a gradient program (``grad._flowgrad_capture``)
             body = cap.body
@@ -120,9 +199,9 @@ class _Compiled:
             unit = pipeline.run(pipeline.CAPTURED, pipeline.Unit({"body": cap.body}, containers, cap.namer,
                                                                  [cap.result], backend, mode))
             body = unit.sweeps["body"]
-        self.prog = Program(name, cap.params, body, [cap.result], cap.containers)
+        self.prog = Program(cap.name, cap.params, body, [cap.result], cap.containers)
         self.ckpt_params = {}
-        for var in sorted(loop_kinds or {}):
+        for var in self.ckpt_vars:
             c = Container(cap.namer("ckpt_" + var), I64, (), "arg")
             self.ckpt_params[var] = c
             self.prog.params.append(c)
@@ -131,28 +210,14 @@ class _Compiled:
         if implicit_while and mode != "forward":
             self.prog.body = implicit_whiles(self.prog, cap.namer)
         verify(self.prog.body, self.prog.containers)
-        self.result = cap.result
-        self.mode = mode
-        self.backend = backend
-        self.kernel = None          # native: the compiled function with its workspace
+        self.backward_text = ""
         if mode == "forward":
             unit = pipeline.run(pipeline.FORWARD, pipeline.Unit({"body": self.prog.body}, containers, cap.namer,
                                                                 [cap.result], backend, mode))
             self.prog.body = unit.sweeps["body"]
-            if backend == "native":
-                self.src = native_backend.emit_forward(self.prog)
-                self.kernel = native_backend.compile_source(self.src, name)
-                self.func = self._tiered(self.kernel, fn, args, wrt_spec, mode, loop_kinds, uncompute, implicit_while)
-            else:
-                self.src = numpy_backend.emit_forward(self.prog)
-                self.func = numpy_backend.compile_source(self.src, name, f"<flowgrad {name}>")
-            self.backward_text = ""
             return
-        self._resolve_wrt(cap, wrt_spec)
         if mode in TANGENT_MODES:
-            self._compile_tangent(cap, backend, mode)
-            if backend == "native":
-                self.func = self._tiered(self.func, fn, args, wrt_spec, mode, loop_kinds, uncompute, implicit_while)
+            self._lower_tangent(cap, backend, mode)
             return
         self.gp = build_reverse(self.prog, self.wrt, cap.namer, loop_plan, uncompute)
         gp = self.gp
@@ -164,15 +229,21 @@ class _Compiled:
         if recompute:                   # the plan's values evaluated again where the backward sweep reads them
             recompute_values(gp, recompute, cap.namer)
             verify(gp.forward + gp.backward, gp.containers)
-        if backend == "native":
-            self.src = native_backend.emit_grad(self.prog, self.gp, self.wrt)
-            self.kernel = native_backend.compile_source(self.src, name + "_grad")
-            self.func = self._tiered(_native_vjp(self.kernel, self.gp.cotangent, self.wrt), fn, args, wrt_spec, mode,
-                                     loop_kinds, uncompute, implicit_while, recompute)
-        else:
-            self.src = numpy_backend.emit_vjp(self.prog, self.gp, self.wrt)
-            self.func = numpy_backend.compile_source(self.src, name + "_vjp", f"<flowgrad {name}>")
         self.backward_text = "\n".join(block_lines(self.gp.backward, "  "))
+
+    def _emit(self):
+        """``(source, name of its function)`` of the lowered program for the backend."""
+        native = self.backend == "native"
+        if self.mode == "forward":
+            emit = native_backend.emit_forward if native else numpy_backend.emit_forward
+            return emit(self.prog), self.cap.name
+        if self.mode in TANGENT_MODES:
+            tp = self.tangent_prog
+            emit = native_backend.emit_forward if native else numpy_backend.emit_forward
+            return emit(tp), tp.name
+        if native:
+            return native_backend.emit_grad(self.prog, self.gp, self.wrt), self.cap.name + "_grad"
+        return numpy_backend.emit_vjp(self.prog, self.gp, self.wrt), self.cap.name + "_vjp"
 
     def _tiered(self, native, *numpy_args):
         """``native`` run by the NumPy backend's program of the same function while its machine
@@ -186,10 +257,10 @@ class _Compiled:
     def _resolve_wrt(self, cap, wrt_spec):
         self.wrt, self.wrt_layout = _wrt_containers(cap, wrt_spec)
 
-    def _compile_tangent(self, cap, backend, mode):
+    def _lower_tangent(self, cap, backend, mode):
         """The tangent program (``jvp``: of the function; ``hvp``: of its gradient, forward over
         reverse; ``_dirs``: over many directions at once), through the forward pipeline's late
-        passes to the backend."""
+        passes."""
         prog = self.prog
         over_reverse, batched = TANGENT_MODES[mode]
         if over_reverse:
@@ -201,19 +272,12 @@ class _Compiled:
                                                             tp.results, backend, mode))
         tp.body = unit.sweeps["body"]
         self.tangent_prog = tp
-        if backend == "native":
-            self.src = native_backend.emit_forward(tp)
-            self.func = self.kernel = native_backend.compile_source(self.src, tp.name)
-        else:
-            self.src = numpy_backend.emit_forward(tp)
-            self.func = numpy_backend.compile_source(self.src, tp.name, f"<flowgrad {tp.name}>")
-        self.backward_text = ""
 
     def call_args(self, args, ckpt_values=None):
         """Values for the generated function's parameters (checkpoint parameters last)."""
         # a 0-d array goes in as its element (Numba types it as an array, which an index cannot be)
         values = [v[()] if isinstance(v, np.ndarray) and v.ndim == 0 else v for v in self.cap.inputs(args)]
-        return values + [int((ckpt_values or {})[v]) for v in sorted(self.ckpt_params)]
+        return values + [int((ckpt_values or {})[v]) for v in self.ckpt_vars]
 
     def arg_env(self, args):
         """Argument containers -> values, for evaluating trip counts and sizes."""
@@ -324,6 +388,8 @@ class _Transform:
         if not callable(fn):
             raise InputError(f"{fn!r} is not a function")
         self.fn, self.backend, self.mode = fn, backend, mode
+        if backend == "native":
+            native_kernel.warm_up()
         self.signature = inspect.signature(fn)
         self.params = list(self.signature.parameters)
         self.wrt_given = wrt

@@ -101,3 +101,69 @@ def test_a_compile_that_takes_a_while_prints_a_progress_line(tmp_path, monkeypat
         sys.modules.pop("tierkernel", None)
     err = capfd.readouterr().err
     assert "flowgrad: compiling native code for diffuse_grad" in err and "compiled in" in err
+
+
+WARM = '''
+import pickle, sys
+import numpy as np
+sys.path.insert(0, {folder!r})
+import tierkernel, flowgrad
+from flowgrad import pipeline
+runs = []
+real_run = pipeline.run
+pipeline.run = lambda *a, **k: runs.append(1) or real_run(*a, **k)
+u = np.linspace(0.0, 1.0, 64) ** 2
+g = flowgrad.grad(tierkernel.diffuse, wrt=("u", "kappa"), backend="native")
+keep = u.copy()
+first = g(u, 0.1, 30)
+assert np.array_equal(u, keep)
+entry = next(iter(g.cache.values()))
+passes_run = len(runs)
+misses = sum(entry.kernel.fn.stats.cache_misses.values())
+text = g.ir(u, 0.1, 30)                              # the IR, lowered when asked for
+sys.stdout.buffer.write(pickle.dumps((first, passes_run, misses, "# backward" in text, g(u, 0.1, 30))))
+'''
+
+
+def _warm(tmp_path, cache):
+    env = dict(os.environ, FLOWGRAD_CACHE_DIR=str(cache), FLOWGRAD_TIERED="0")
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(WARM.format(folder=str(tmp_path)))],
+                         capture_output=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    import pickle
+    return pickle.loads(run.stdout)
+
+
+def test_a_new_process_takes_the_generated_source_and_machine_code_from_the_cache(tmp_path):
+    (tmp_path / "tierkernel.py").write_text(KERNEL)
+    cache = tmp_path / "cache"
+    first, passes_run, misses, has_ir, again = _warm(tmp_path, cache)
+    assert passes_run > 0 and misses == 1 and has_ir          # generated and compiled here
+    assert len(list(cache.glob("flowgrad_program_*.json"))) == 1
+    first2, passes_run, misses, has_ir, again2 = _warm(tmp_path, cache)
+    assert passes_run == 0 and misses == 0 and has_ir         # neither passes nor a compile
+    for a, b, c, d in zip(first, again, first2, again2):     # the same gradient, bit for bit
+        for x in (b, c, d):
+            np.testing.assert_array_equal(x, a)
+
+
+def test_generated_source_planted_in_the_cache_is_not_run(tmp_path):
+    import json
+    (tmp_path / "tierkernel.py").write_text(KERNEL)
+    cache = tmp_path / "cache"
+    want = _warm(tmp_path, cache)[0]
+    (path,) = cache.glob("flowgrad_program_*.json")
+    marker = tmp_path / "planted-code-ran"
+    entry = json.loads(path.read_text())
+    body = json.loads(entry["body"])
+    body["src"] = f"open({str(marker)!r}, 'w').write('ran')\n" + body["src"]
+    entry["body"] = json.dumps(body, sort_keys=True)        # the signature no longer matches
+    path.write_text(json.dumps(entry))
+    first, passes_run, _, _, _ = _warm(tmp_path, cache)
+    assert not marker.exists() and passes_run > 0           # generated again, and kept again
+    assert "planted" not in path.read_text()
+    for got, expected in zip(first, want):
+        np.testing.assert_array_equal(got, expected)
+    (cache / "program-signing.key").write_bytes(b"another key")
+    first, passes_run, _, _, _ = _warm(tmp_path, cache)       # signed with another key: not taken
+    assert passes_run > 0

@@ -8,14 +8,23 @@ machine code is not in the cache yet for its argument types can be compiled in a
 NumPy backend, see ``api._Tiered``): its calls raise ``Deferred`` until that process has written
 the machine code to the cache, then load it. A compile that runs in this process and takes more
 than ``PROGRESS_AFTER`` seconds prints a line naming what compiles (``FLOWGRAD_PROGRESS=0``: none).
+
+A new process finding everything in the cache runs native code on its first call at little more
+than the call's own cost: the generated source of each captured program is kept too
+(``store_program``, signed so that only a file flowgrad wrote is taken), the machine code is loaded
+without Numba's full typing set-up (``_load_cached``), and Numba's runtime is prepared on a
+background thread while the first program is captured (``warm_up``).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import importlib.util
+import json
 import os
 import pickle
+import secrets
 import subprocess
 import sys
 import threading
@@ -87,13 +96,15 @@ class Kernel:
             numba.typeof(tuple(np.empty((0,) * nd, dtype=dt) for dt, nd, *_ in group))
             for group in (self.types, self.out_types))
         marker = self._marker(types)
-        if self.deferrable and self.source is not None and not os.path.exists(marker):
+        cached = bool(marker) and os.path.exists(marker)
+        if self.deferrable and self.source is not None and not cached:
             self.compiling = _compile_elsewhere(self.source, self.fn.__name__, types, marker)
             lines = self.source[0].count("\n")
             progress(f"compiling native code for {self.fn.__name__} ({lines} lines) in another process; the NumPy "
                      "backend runs the calls until it is ready")
             raise Deferred(self.fn.__name__)
-        self.marker, self.ready = marker, True
+        self.ready = True
+        self.marker = "" if cached and _load_cached(self.fn, types) else marker
 
     def _marker(self, types):
         """The file saying that the cache holds machine code for ``types`` (written after compiling)."""
@@ -190,6 +201,63 @@ class Kernel:
             bufs.clear()
 
 
+_warm_up = None
+
+
+def warm_up():
+    """Start, once per process, what the first native call needs whatever the program is, on a
+    background thread: hashing flowgrad's source (``program_key``) and compiling Numba's runtime
+    (its memory-management functions, 0.05-0.14 s measured in a new process). Both run mostly
+    outside the GIL (file reads, hashing, LLVM), so they overlap capturing the first program."""
+    global _warm_up
+    if _warm_up is not None:
+        return
+    _warm_up = threading.Thread(target=_prepare_process, name="flowgrad-warm-up", daemon=True)
+    _warm_up.start()
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_warm_up.join)      # never fork with LLVM mid-compile
+
+
+def _prepare_process():
+    try:
+        _code_digest()
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.registry import cpu_target
+        from numba.core.runtime import nrt
+        with global_compiler_lock:
+            nrt.rtsys.initialize(cpu_target.target_context)
+    except Exception:                           # noqa: BLE001 - the first call does it, or says what is wrong
+        pass
+
+
+def _load_cached(dispatcher, types):
+    """Load the machine code of Numba ``dispatcher`` for ``types`` from its disk cache, as its
+    ``compile`` does, but without first loading every typing and lowering registry of Numba's
+    target (``refresh``: a third of a second in a new process, measured; compiled code does not
+    need them, and a compile in this process later loads them itself). Returns whether it loaded;
+    where it did not, the first call loads or compiles the usual way."""
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.runtime import nrt
+        cache = getattr(dispatcher, "_cache", None)
+        if cache is None or not hasattr(cache, "_load_overload"):
+            return False
+        with global_compiler_lock:
+            if tuple(types) in dispatcher.overloads:
+                return True
+            ctx = dispatcher.targetctx
+            nrt.rtsys.initialize(ctx)           # the runtime's symbols, before code that calls them is linked
+            cres = cache._load_overload(tuple(types), ctx)
+            if cres is None or cres.objectmode:
+                return False
+            ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            dispatcher.add_overload(cres)
+            dispatcher._cache_hits[tuple(types)] += 1
+        return True
+    except Exception:                           # noqa: BLE001 - Numba's own path loads it, or says what is wrong
+        return False
+
+
 def _touch(path):
     try:
         with open(path, "w", opener=lambda p, flags: os.open(p, flags, 0o600)):
@@ -217,9 +285,10 @@ def _unheld(a):
 
 def cache_dir() -> str:
     """The directory compiled code is cached in (``FLOWGRAD_CACHE_DIR``, else ``~/.cache/flowgrad``),
-    made private (mode 0700) where flowgrad creates it. flowgrad imports Python source from it, and
-    Numba loads its cached machine code (pickled) from it: one that another user can write could
-    run their code in this process, so it is refused (``_check_private``)."""
+    made private (mode 0700) where flowgrad creates it. flowgrad imports Python source from it (the
+    generated source of a program it captured before, signed with a key kept there), and Numba
+    loads its cached machine code (pickled) from it: one that another user can write could run
+    their code in this process, so it is refused (``_check_private``)."""
     base = os.environ.get("FLOWGRAD_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "flowgrad")
     numba_cache = os.path.join(base, "__pycache__")        # Numba's cache index and machine code
@@ -256,6 +325,98 @@ def _runtime_digest() -> str:
         with open(module.__file__, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _code_digest() -> str:
+    """A hash of flowgrad's own source: generated source kept on disk (``load_program``) is of the
+    passes and code generation that wrote it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()
+
+
+def program_key(data: bytes) -> str:
+    """The key of a program's generated source on disk: ``data`` (the captured program and the
+    options, pickled by the caller), flowgrad's source, and the versions of Python and NumPy."""
+    from .. import __version__
+    digest = hashlib.sha256(f"{__version__}\0{np.__version__}\0{sys.version_info[:2]}\0{_code_digest()}\0".encode())
+    digest.update(data)
+    return digest.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=None)
+def _signing_key(directory) -> bytes:
+    """The secret that signs the generated source kept in ``directory`` (made once, readable by
+    its owner only): a file flowgrad did not write there is never run as a program's source."""
+    path = os.path.join(directory, "program-signing.key")
+    secret = _read_bytes(path)
+    if not secret:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+            f.write(secrets.token_bytes(32))
+        try:
+            os.link(tmp, path)                  # the first process to make it wins; the others read it
+        except FileExistsError:
+            if not _read_bytes(path):           # an empty file: replaced
+                os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        secret = _read_bytes(path)
+    return secret
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _signature(directory, key, body):
+    return hmac.new(_signing_key(directory), f"{key}\0{body}".encode(), hashlib.sha256).hexdigest()
+
+
+def load_program(key):
+    """What ``store_program`` kept under ``key`` (a dict), or None: absent, unreadable, or not
+    signed by this cache's key."""
+    directory = cache_dir()
+    try:
+        with open(os.path.join(directory, f"flowgrad_program_{key}.json")) as f:
+            entry = json.load(f)
+        body = entry["body"]
+        if not hmac.compare_digest(str(entry["signature"]), _signature(directory, key, body)):
+            return None
+        return json.loads(body)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store_program(key, value):
+    """Keep ``value`` (a JSON-able dict: a program's generated source and what calling it needs)
+    under ``key``, signed, written atomically."""
+    directory = cache_dir()
+    try:
+        body = json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return
+    path = os.path.join(directory, f"flowgrad_program_{key}.json")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+            json.dump({"signature": _signature(directory, key, body), "body": body}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def compile_source(src: str, name: str):
