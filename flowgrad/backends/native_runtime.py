@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import warnings
 
@@ -22,6 +23,18 @@ _jit = numba.njit(cache=True, nogil=True)
 # Generated functions with ``prange`` loops compile with these options: the loops written as
 # ``prange`` run over threads, and nothing else is turned into parallel code (a parallel region
 # for each small tape copy in a time loop would cost more than the copy).
+# Numba's OpenMP threads wait for work asleep, not spinning, unless the user says otherwise. A
+# spinning thread holds its CPU while the thread it waits for, kept off the CPUs by a BLAS worker
+# spinning after its call or by another process, cannot run: on two busy CPUs, stencil gradients
+# with parallel nests ran 5-14x slower than on one thread with OpenMP's default policy, and about
+# as fast with passive waiting (``benchmarks/threads.md``). OpenMP reads this when it is loaded,
+# at the first parallel loop, so it counts only if no library loaded it earlier.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Threads a parallel loop nest may run on: Numba's pool (``NUMBA_NUM_THREADS``, by default one per
+# CPU); the native backend splits no nest where it is one (see ``Lowering.splits``).
+THREADS = numba.config.NUMBA_NUM_THREADS
+
 PRANGE = {"prange": True, "comprehension": False, "numpy": False, "reduction": False, "setitem": False,
           "stencil": False, "fusion": False, "inplace_binop": False}
 

@@ -1,0 +1,222 @@
+"""The native backend's parallel loop nests on the kernel corpus: one thread against several.
+
+For each kernel of ``benchmarks/kernels`` at bench size, the native forward (``flowgrad.jit``)
+and gradient (``flowgrad.grad``) are compiled twice in one process: once with
+``FLOWGRAD_PARALLEL=0`` (no parallel nest: the one-thread code) and once as the backend decides
+by default (``FLOWGRAD_PARALLEL`` unset, or ``--parallel 1`` to force every safe nest). Where the
+two sources are the same the kernel has no parallel nest and one function is compiled. Calls are
+then timed interleaved, round by round, so that both see the same machine: the one-thread code,
+and the default code on Numba's threads (``numba.set_num_threads``; all of them unless
+``--threads``), and on one Numba thread. The table reports medians and the speed-up of the
+threads over the one-thread code. Kernels slower on threads than on one beyond the noise of
+their own samples are measured again with more rounds (both results are kept).
+
+    python -m benchmarks.threads_bench --out benchmarks          # writes benchmarks/threads.md
+    python -m benchmarks.threads_bench --kernels jacobi_2d,mlp --budget 1
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from . import kernels
+from .run import _cpu_model, fresh, timed_call
+
+
+def _geomean(xs):
+    xs = [x for x in xs if x is not None and x > 0]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+
+def _load():
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except OSError:
+        return None
+
+
+def _compiled(make, args, parallel):
+    """A transform built and compiled with ``FLOWGRAD_PARALLEL=parallel`` (None: unset), and its source."""
+    saved = os.environ.pop("FLOWGRAD_PARALLEL", None)
+    if parallel is not None:
+        os.environ["FLOWGRAD_PARALLEL"] = parallel
+    try:
+        t = make()
+        t(*fresh(args))
+        t.wait()
+        return t, t.source(*args)
+    finally:
+        os.environ.pop("FLOWGRAD_PARALLEL", None)
+        if saved is not None:
+            os.environ["FLOWGRAD_PARALLEL"] = saved
+
+
+def _rounds(calls, args, budget_s, min_rounds=5, max_rounds=60):
+    """Median seconds of each ``(name, call, threads)``, timed interleaved round by round."""
+    import numba
+    for _, call, threads in calls:                      # warm-up: pages, workspaces, thread pools
+        numba.set_num_threads(threads)
+        timed_call(call, fresh(args))
+    start = time.perf_counter()
+    numba.set_num_threads(calls[0][2])
+    one, _ = timed_call(calls[0][1], fresh(args))
+    n = int(min(max_rounds, max(min_rounds, budget_s / max(one * len(calls), 1e-9))))
+    samples = {name: [] for name, _, _ in calls}
+    for _ in range(n):
+        for name, call, threads in calls:
+            numba.set_num_threads(threads)
+            a = fresh(args)
+            samples[name].append(timed_call(call, a)[0])
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    return {name: (statistics.median(s), _spread(s)) for name, s in samples.items()}, time.perf_counter() - start
+
+
+def _spread(s):
+    """Half the interquartile range relative to the median: the noise of one configuration."""
+    q = np.quantile(s, [0.25, 0.75])
+    return float((q[1] - q[0]) / 2 / statistics.median(s))
+
+
+def bench_kernel(name, budget_s, threads, parallel):
+    import flowgrad
+    mod = kernels.load(name)
+    args = mod.args("bench", seed=0)
+    out = {"load_before": _load()}
+    for kind, make in (("fwd", lambda: flowgrad.jit(mod.kernel, backend="native")),
+                       ("grad", lambda: flowgrad.grad(mod.kernel, wrt=tuple(mod.WRT), backend="native"))):
+        serial, serial_src = _compiled(make, args, "0")
+        default, src = _compiled(make, args, parallel)
+        nests = len(re.findall(r"numba\.prange\(", src))
+        if src == serial_src:
+            default = serial
+        calls = [("one", serial, 1), ("threads", default, threads)]
+        if nests:
+            calls.append(("one_default", default, 1))
+        res, wall = _rounds(calls, args, budget_s if nests else budget_s / 3)
+        entry = {"nests": nests, "wall_s": wall, **{k: v for k, v in res.items()}}
+        ratio = res["one"][0] / res["threads"][0]
+        noise = max(res["one"][1], res["threads"][1], 0.02)
+        if ratio < 1 - 2 * noise or ratio < 0.9:        # slower on threads beyond noise: once more, longer
+            entry["first"] = dict(res)
+            res2, _ = _rounds(calls, args, 3 * budget_s, min_rounds=15)
+            entry.update(res2)
+            entry["rerun"] = True
+        out[kind] = entry
+    out["load_after"] = _load()
+    return out
+
+
+def _ms(x):
+    return f"{x * 1e3:.3g}" if x is not None else "-"
+
+
+def report(results, meta):
+    lines = ["# Parallel loop nests: one thread against several", "",
+             "Generated by `python -m benchmarks.threads_bench --out benchmarks`. Native backend, bench size. "
+             "Per kernel and transform: **1 thr** is the one-thread code (`FLOWGRAD_PARALLEL=0`), "
+             f"**{meta['threads']} thr** the default code on {meta['threads']} Numba threads, timed interleaved "
+             "round by round in one process (medians, ms); speed-up = 1 thr / "
+             f"{meta['threads']} thr; *nests* counts the parallel loop nests the default code has "
+             "(0: the same code both times, so its ratio shows the noise). **1 thr default** is the default code "
+             "on one Numba thread (the cost of the parallel code itself). A * marks a kernel measured again, "
+             "longer, because the first measurement was slower on threads beyond its noise.", "",
+             f"- Date: {meta['date']}; {meta['wall_s']:.0f} s in total",
+             f"- Machine: {meta['machine']}",
+             f"- Load average (1, 5, 15 min) before: {meta['load_before']}, after: {meta['load_after']}",
+             f"- Threads: {meta['thread_settings']}", ""]
+    for kind, title in (("fwd", "Forward"), ("grad", "Gradient")):
+        rows = [(n, r[kind]) for n, r in results.items() if kind in r]
+        speed = {n: e["one"][0] / e["threads"][0] for n, e in rows}
+        par = [n for n, e in rows if e["nests"]]
+        worst = min(par, key=lambda n: speed[n]) if par else None
+        lines += [f"## {title}", "",
+                  f"Geometric mean speed-up: {_geomean(speed.values()):.3f} over all {len(rows)} kernels; "
+                  + (f"{_geomean([speed[n] for n in par]):.3f} over the {len(par)} with parallel nests "
+                     f"(worst `{worst}` {speed[worst]:.2f}, best `{max(par, key=lambda n: speed[n])}` "
+                     f"{max(speed[n] for n in par):.2f})." if par else "no kernel has a parallel nest."), "",
+                  f"| kernel | nests | 1 thr ms | {meta['threads']} thr ms | speed-up | 1 thr default ms | noise "
+                  "| load |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for n, e in rows:
+            od = e.get("one_default")
+            noise = max(e["one"][1], e["threads"][1])
+            lines.append(f"| `{n}`{' *' if e.get('rerun') else ''} | {e['nests']} | {_ms(e['one'][0])} | "
+                         f"{_ms(e['threads'][0])} | {speed[n]:.2f} | {_ms(od[0]) if od else '-'} | "
+                         f"{noise * 100:.0f}% | {results[n]['load_after'][0]:.1f} |")
+        lines.append("")
+    lines += ["*noise*: half the interquartile range of the samples over their median, the larger of the two "
+              "configurations. *load*: the 1-minute load average after the kernel.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--kernels", default=None, help="comma-separated kernel names (default: all)")
+    p.add_argument("--budget", type=float, default=2.0, help="seconds of timed rounds per transform (default 2)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="Numba threads for the parallel runs (default: all, numba.config.NUMBA_NUM_THREADS)")
+    p.add_argument("--parallel", default=None, choices=("1",),
+                   help="compare FLOWGRAD_PARALLEL=1 (every safe nest) instead of the default decision")
+    p.add_argument("--out", default=None, help="write DIR/threads.md (default: print it)")
+    a = p.parse_args(argv)
+    os.environ.setdefault("FLOWGRAD_TIERED", "0")        # compile here: the timings are of native code
+    import numba
+    threads = a.threads or numba.config.NUMBA_NUM_THREADS
+    names = a.kernels.split(",") if a.kernels else kernels.NAMES
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "load_before": _load(), "threads": threads}
+    start = time.perf_counter()
+    results = {}
+    for name in names:
+        try:
+            results[name] = r = bench_kernel(name, a.budget, threads, a.parallel)
+        except Exception as exc:           # recorded, not raised: one kernel does not stop the run
+            print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            continue
+        print(name, " ".join(f"{k}: nests {r[k]['nests']} {_ms(r[k]['one'][0])} / {_ms(r[k]['threads'][0])} ms"
+                             + (" (rerun)" if r[k].get("rerun") else "") for k in ("fwd", "grad")),
+              f"load {r['load_after'][0]}", flush=True)
+        if a.out:                          # after every kernel: a long run interrupted keeps what it measured
+            _write(a, results, meta, threads, start)
+    text = _write(a, results, meta, threads, start)
+    if not a.out:
+        print(text)
+
+
+def _write(a, results, meta, threads, start):
+    import numba
+    try:
+        layer = numba.threading_layer()
+    except ValueError:                     # no parallel region ran
+        layer = None
+    meta.update(wall_s=time.perf_counter() - start, load_after=_load(),
+                machine=f"{platform.machine()}, {_cpu_model()}, {os.cpu_count()} CPUs "
+                        f"({len(os.sched_getaffinity(0))} usable), Python {platform.python_version()}, "
+                        f"NumPy {np.__version__}, Numba {numba.__version__}",
+                thread_settings=f"Numba {threads} of {numba.config.NUMBA_NUM_THREADS} threads, threading layer "
+                                f"{layer}; FLOWGRAD_PARALLEL={a.parallel or 'unset (default decision)'}; "
+                                + ", ".join(f"{v}={os.environ.get(v, 'unset')}" for v in
+                                            ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OMP_NUM_THREADS",
+                                             "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")))
+    missing = [n for n in (a.kernels.split(",") if a.kernels else kernels.NAMES) if n not in results]
+    text = report(results, meta) + (f"Not measured in this run: {', '.join(f'`{n}`' for n in missing)}.\n"
+                                     if missing else "")
+    if a.out:
+        with open(os.path.join(a.out, "threads.md"), "w") as fh:
+            fh.write(text)
+        with open(os.path.join(a.out, "threads.json"), "w") as fh:
+            json.dump({"meta": meta, "results": results}, fh, indent=1)
+    return text
+
+
+if __name__ == "__main__":
+    main()
