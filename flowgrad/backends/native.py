@@ -347,8 +347,8 @@ class Lowering(Located):
     PARALLEL_MIN = 1 << 15      # elements a nest needs before its outer loop is split over threads
     # Work is counted in element operations: per element of a nest, one per array it reads or
     # writes and the flops of its expressions (see ``splits``).
-    WORK_PER_THREAD = 1 << 20            # about 0.5 ms of one thread's time
-    LIBRARY_WORK_PER_THREAD = 1 << 21    # in a function that also calls BLAS, LAPACK or other libraries
+    WORK_PER_THREAD = 1 << 21            # 0.1-1 ms of one thread's time (cheap arithmetic to transcendentals)
+    LIBRARY_WORK_PER_THREAD = 1 << 22    # in a function that also calls BLAS, LAPACK or other libraries
     # calls lowered to loops of their own; any other (a matrix product, a solve, a convolution) calls a library
     LOOP_CALLS = frozenset({
         "check_index", "check_sizes", "trip_count", "ckpt_slots", "ckpt_schedule", "ckpt_segment", "ckpt_rows",
@@ -375,7 +375,7 @@ class Lowering(Located):
         array read or written and the flops of the expressions."""
         def cost(e):
             if isinstance(e, Read):
-                return 1
+                return 1 if e.ref.container.ndim else 0      # a scalar stays in a register
             if isinstance(e, Op):
                 flops = getattr(ELEMENTS.get(e.name), "flops", None) or 1
                 return flops + sum(cost(a) for a in e.args)
@@ -396,9 +396,10 @@ class Lowering(Located):
         for ``numba.config.NUMBA_NUM_THREADS`` threads (one: nothing is split; more: more work
         per nest). A parallel region costs waking the threads and a barrier, and a thread that
         another process or a spinning BLAS worker keeps off its CPU holds the barrier up: on the
-        2-CPU machine measured, busy, nests of 100 us per thread in the time loops of jacobi_2d
-        and heat_3d ran 8-10% slower on two threads than on one; of 0.5 ms, on par or faster
-        (``benchmarks/threads.md``, with the OpenMP threads waiting asleep: ``native_runtime``).
+        2-CPU machine measured, busy (load 9-10), nests of 40-100 us per thread in the time loops
+        of jacobi_2d, heat_3d and nonlinear_diffusion_2d's gradient ran 8-130% slower on two
+        threads than on one (``benchmarks/threads.md``, with the OpenMP threads waiting asleep:
+        ``native_runtime``).
         ``FLOWGRAD_PARALLEL=0`` splits none; ``FLOWGRAD_PARALLEL=1`` every safe one of at least
         ``PARALLEL_MIN`` elements. Measured with Numba's ``prange`` on the outer loop of a 2-D
         stencil: 1.75x on two threads, on par on one. Safe when every
