@@ -8,7 +8,8 @@ its pass lives in, so ``FLOWGRAD_DUMP=<name>`` (a comma-separated list) prints t
 before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new capture's IR.
 
     CAPTURED  every mode, on the captured body: refuse complex calls without rules, size checks,
-              fusion of temporaries, dead code, late gathers
+              fusion of temporaries, dead code, late gathers, loops of
+              products summed by matrix products
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
               iteration), hoisted factorisations, native gathers and packing, view bounds
     REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
@@ -29,12 +30,13 @@ from .ir.verify import verify
 from .passes.bounds import hoist_view_bounds
 from .passes.checks import insert_size_checks
 from .passes.complex_calls import refuse_complex_calls
+from .passes.contract import contract_product_loops
 from .passes.copies import propagate_copies
 from .passes.dce import eliminate_dead
 from .passes.expand import expand_calls
 from .passes.fuse import fuse_temporaries, split_kept
 from .passes.gather import gather_shifted_sums
-from .passes.hoist import hoist_factorizations, share_factorizations
+from .passes.hoist import factor_repeated_solves, hoist_factorizations, share_factorizations
 from .passes.late import gather_after_products
 from .passes.order import forward_independent_loops
 from .passes.outer import defer_outer_products
@@ -93,6 +95,7 @@ CAPTURED = [
     Step("fuse", "body", lambda b, u: fuse_temporaries(b, protected=u.outputs, kept_ops=u.kept)),
     Step("dce", "body", lambda b, u: eliminate_dead(b, set(u.outputs))[0]),
     Step("late", "body", lambda b, u: gather_after_products(b, u.containers, u.namer)),
+    Step("contract", "body", lambda b, u: contract_product_loops(b, u.containers, u.namer)),
 ]
 
 FORWARD = [
@@ -111,6 +114,9 @@ REVERSE = [
     Step("fuse", "backward", lambda b, u: fuse_temporaries(b, protected=set(u.outputs))),
     Step("outer", "backward", lambda b, u: defer_outer_products(b, u.containers, u.namer)),
     Step("dce", "forward", lambda b, u: eliminate_dead(b, u.live)[0]),
+    Step("hoist", "forward", lambda b, u: factor_repeated_solves(b, u.sweeps["backward"], u.containers, u.namer),
+         forward_made=True),
+    Step("hoist", "backward", lambda b, u: factor_repeated_solves(b, u.sweeps["forward"], u.containers, u.namer)),
     Step("hoist", "forward", lambda b, u: hoist_factorizations(b, u.containers, u.namer), forward_made=True),
     Step("hoist", "backward", lambda b, u: hoist_factorizations(b, u.containers, u.namer)),
     Step("hoist", "backward", lambda b, u: share_factorizations(u.sweeps["forward"], b)),

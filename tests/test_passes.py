@@ -586,3 +586,118 @@ def test_a_column_every_iteration_uses_is_packed_around_the_loop(backend):
     assert re.search(r"pack_g_array\w* = g_array\[0:\+7, k\]", backward), backward
     assert re.search(r"g_array\[0:\+7, k\] = pack_g_array", backward), backward
     assert "pack_A" not in ir and "pack_g_A" not in ir, ir
+
+
+# ---------------------------------------------------------------- loops of products (contract)
+
+
+def rank_k_rows(alpha, C, A):
+    n, m = A.shape
+    for i in range(n):
+        for k in range(m):                       # an axpy per k: one matrix-vector product
+            C[i, :i + 1] += alpha * A[i, k] * A[:i + 1, k]
+    return np.sum(C * C)
+
+
+def two_products(C, A, B, w):
+    n, m = A.shape
+    for i in range(n):
+        for k in range(m):                       # two terms, a difference, a k-independent vector
+            C[i, :] -= A[i, k] * B[k, :] * w - 2.0 * B[k, :] * A[i, k]
+    return np.sum(C * C)
+
+
+def outer_products(C, A, B):
+    for k in range(A.shape[1]):                  # a rank-one update per k: one matrix product
+        C += A[:, k, np.newaxis] * B[np.newaxis, k, :]
+    return np.sum(np.sin(C))
+
+
+def dots(s, A, b):
+    for i in range(A.shape[0]):
+        for k in range(A.shape[1]):
+            s[i] += A[i, k] * b[k]
+    return np.sum(s * s)
+
+
+def _contracted(fn, args, wrt, backend):
+    """The gradient program's IR for ``fn`` (checked against the oracles first)."""
+    check_forward(fn, args, backend=backend, rtol=1e-10)
+    check_grad(fn, args, wrt, backend=backend)
+    return flowgrad.grad(fn, wrt=wrt, backend=backend).ir(*args)
+
+
+@pytest.mark.parametrize("fn,shapes,wrt", [
+    (rank_k_rows, [(), (10, 10), (10, 12)], ("alpha", "C", "A")),
+    (two_products, [(7, 9), (7, 11), (11, 9), (9,)], ("C", "A", "B", "w")),
+    (outer_products, [(6, 8), (6, 10), (10, 8)], ("C", "A", "B")),
+    (dots, [(5,), (5, 9), (9,)], ("s", "A", "b")),
+])
+def test_loops_of_products_become_matrix_products(fn, shapes, wrt, backend):
+    rng = np.random.default_rng(7)
+    args = tuple(rng.uniform(-1, 1, s) if s else 1.3 for s in shapes)
+    ir = _contracted(fn, args, wrt, backend)
+    forward = ir.split("# backward")[0]
+    assert "matmul(" in forward and "for k " not in forward, forward
+
+
+def triangular_dots(s, A, b):
+    k = -1
+    for i in range(A.shape[0]):
+        for k in range(i):                       # no iteration at all when i == 0
+            s[i] += A[i, k] * b[k]
+    return np.sum(s * s) + k                    # the counter the loops leave behind
+
+
+def reads_what_it_updates(x, A):
+    for k in range(A.shape[1]):
+        x[1:] += A[1:, k] * x[k]                 # x[k] is updated by earlier iterations
+    return np.sum(x * x)
+
+
+def test_a_contracted_loop_keeps_python_semantics(backend):
+    rng = np.random.default_rng(8)
+    args = (rng.uniform(-1, 1, 9), rng.uniform(-1, 1, (9, 9)), rng.uniform(-1, 1, 9))
+    ir = _contracted(triangular_dots, args, ("s", "A", "b"), backend)
+    assert "matmul(" in ir.split("# backward")[0]
+    # an update reading what earlier iterations wrote stays a loop
+    args = (rng.uniform(-1, 1, 10), rng.uniform(-1, 1, (10, 9)) * 0.3)
+    ir = _contracted(reads_what_it_updates, args, ("x", "A"), backend)
+    assert "matmul(" not in ir.split("# backward")[0]
+
+
+def solve_once(A, b):
+    x = np.linalg.solve(A, b)
+    return np.sum(np.tanh(x))
+
+
+def solve_then_change(A, b):
+    x = np.linalg.solve(A, b)
+    A *= 2.0                                     # the backward sweep must factorise the old A
+    return np.sum(np.tanh(x)) + np.sum(A * A)
+
+
+def test_a_solve_and_its_adjoint_factorise_once(backend):
+    rng = np.random.default_rng(9)
+    A = rng.uniform(-1, 1, (7, 7)) + 7 * np.eye(7)
+    b = rng.uniform(-1, 1, 7)
+    check_grad(solve_once, (A, b), ("A", "b"), backend=backend)
+    forward, backward = flowgrad.grad(solve_once, wrt=("A", "b"), backend=backend).ir(A, b).split("# backward")
+    assert forward.count("lu_factor(") == 1 and "lu_factor(" not in backward, backward
+    assert "lu_solve(" in backward and " solve(" not in backward, backward
+    check_grad(solve_then_change, (A, b), ("A", "b"), backend=backend)
+
+
+def gaussian_likelihood(X, y, ell):
+    d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=2)
+    L = np.linalg.cholesky(np.exp(-d2 / ell) + 0.5 * np.eye(X.shape[0]))
+    alpha = np.linalg.solve(L, y)
+    return np.sum(alpha * alpha) + np.sum(np.log(np.diag(L)))
+
+
+def test_the_cholesky_adjoint_uses_triangular_solves(backend):
+    rng = np.random.default_rng(10)
+    args = (rng.uniform(-1, 1, (6, 2)), rng.uniform(-1, 1, 6), 0.8)
+    check_grad(gaussian_likelihood, args, ("X", "y", "ell"), backend=backend)
+    backward = flowgrad.grad(gaussian_likelihood, wrt=("X", "y", "ell"), backend=backend).ir(*args).split("# backward")[1]
+    assert backward.count("solve_triangular(") == 2 and "lu_factor(" not in backward, backward
