@@ -230,11 +230,19 @@ def _vjp_cholesky(ctx, call, gouts):
     stmts = [make, Call("matmul", [_swap_last(lt), Read(Ref(g))], [m]),
              Call("tril", [Read(Ref(m))], [low], {"k": 0}),
              Assign(Ref(p), Read(Ref(low)) - 0.5 * Read(Ref(m)) * eye),
-             Call("solve", [_swap_last(lt), Read(Ref(p))], [x]),
-             Call("solve", [_swap_last(lt), _swap_last(Read(Ref(x)))], [st]),        # S^T
+             _solve_upper(lt, Read(Ref(p)), x),
+             _solve_upper(lt, _swap_last(Read(Ref(x))), st),                            # S^T
              Assign(Ref(both), Read(Ref(st)) + _swap_last(Read(Ref(st)))),
              Call("tril", [Read(Ref(both))], [tri], {"k": 0})]
     return stmts + ctx.accumulate(a, Read(Ref(tri)) - Read(Ref(st)) * eye)
+
+
+def _solve_upper(lt, b, out):
+    """``out = L^-T b`` for the Cholesky factor ``lt``: a triangular solve (BLAS trsm, half the work of
+    factorising ``L^T`` again and solving), in float64; a general solve otherwise."""
+    if lt.dtype == np.float64 and b.dtype == np.float64:
+        return Call("solve_triangular", [lt, b], [out], {"lower": True, "trans": 1, "unit": False})
+    return Call("solve", [_swap_last(lt), b], [out])
 
 
 def _vjp_reshape(ctx, call, gouts):

@@ -5,13 +5,15 @@ and the adjoints of ``linalg_runtime`` compiled from the same source.
 Numba's own ``np.linalg.eigh`` reads the lower triangle only; NumPy's with ``UPLO='U'`` calls
 LAPACK's syevd on the upper one, whose eigenvectors may differ in sign from those of the mirrored
 lower triangle, so ``eigh`` calls syevd itself (Numba's ``numba_ez_xxxevd`` helper, declared by
-symbol like ``native_runtime``'s gemm). The triangular solve is a substitution loop: SciPy's
-LAPACK is not reachable from compiled code (its values agree to rounding).
+symbol like ``native_runtime``'s gemm). The triangular solve calls BLAS ``dtrsm`` from SciPy's
+BLAS, bound to a symbol the same way.
 """
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
+from numba.extending import get_cython_function_address
 
 from . import linalg_runtime as _numpy
 
@@ -33,23 +35,35 @@ def eigh(a, lower):
     return w, np.ascontiguousarray(work.T)
 
 
+# BLAS ``dtrsm`` from SciPy's BLAS (the one NumPy and Numba use), bound to a symbol so that the
+# functions calling it stay cacheable on disk: every argument by address, Fortran style.
+llvm.add_symbol("flowgrad_dtrsm", get_cython_function_address("scipy.linalg.cython_blas", "dtrsm"))
+_DTRSM = numba.types.ExternalFunction("flowgrad_dtrsm", numba.types.void(*([_P] * 11)))
+
+
 @_jit
 def solve_triangular(a, b, lower, trans, unit):
-    """``scipy.linalg.solve_triangular(a, b, trans, lower, unit_diagonal)`` by substitution
-    (``b`` a vector or a matrix of right-hand sides)."""
+    """``scipy.linalg.solve_triangular(a, b, trans, lower, unit_diagonal)`` (``b`` a vector or a
+    matrix of right-hand sides) by BLAS ``dtrsm``: for row-ordered arrays, which column-major BLAS
+    reads transposed, ``op(a) x = b`` is ``x^T op(a)^T = b^T``, solved from the right. A zero on
+    the diagonal raises, as SciPy does."""
     n = a.shape[0]
-    x = np.ascontiguousarray(b).reshape(n, -1).copy()
-    forward = lower != trans        # the system's matrix is lower triangular
-    for step in range(n):
-        i = step if forward else n - 1 - step
-        for t in range(step):
-            j = t if forward else n - 1 - t
-            f = a[j, i] if trans else a[i, j]
-            x[i, :] -= f * x[j, :]
-        if not unit:
+    if not unit:
+        for i in range(n):
             if a[i, i] == 0.0:
                 raise np.linalg.LinAlgError("singular matrix: resolution failed at a zero on the diagonal")
-            x[i, :] /= a[i, i]
+    x = np.ascontiguousarray(b).reshape(n, -1).copy()
+    k = x.shape[1]
+    if n == 0 or k == 0:
+        return x.reshape(b.shape)
+    m = np.ascontiguousarray(a)
+    flags = np.array([ord("R"), ord("U") if lower else ord("L"), ord("T") if trans else ord("N"),
+                      ord("U") if unit else ord("N")], dtype=np.int8)
+    sizes = np.array([k, n, n, k], dtype=np.int32)          # m, n, lda, ldb of the column-major call
+    one = np.ones(1)
+    _DTRSM(flags[0:].ctypes.data, flags[1:].ctypes.data, flags[2:].ctypes.data, flags[3:].ctypes.data,
+           sizes[0:].ctypes.data, sizes[1:].ctypes.data, one.ctypes.data, m.ctypes.data, sizes[2:].ctypes.data,
+           x.ctypes.data, sizes[3:].ctypes.data)
     return x.reshape(b.shape)
 
 

@@ -11,7 +11,8 @@ the loop makes no iteration; a singular ``A`` still raises only when a solve run
 
 ``share_factorizations`` then drops a backward sweep's factorisation of a matrix the forward
 sweep already factorised, or of its transpose (LAPACK getrs solves with ``A.T`` from ``A``'s
-factors), so a gradient through an implicit time step factorises once, not twice.
+factors), so a gradient through an implicit time step factorises once, not twice. ``factor_repeated_solves`` does the same for a solve outside loops
+whose adjoint solves with the same matrix: the forward sweep keeps the factors.
 """
 from __future__ import annotations
 
@@ -54,13 +55,8 @@ def _rewrite(stmts, varying, pre, containers, namer):
     out = []
     for s in stmts:
         if isinstance(s, Call) and s.op == "solve" and _invariant(s.inputs[0], varying):
-            a = s.inputs[0]
-            dtype = np.result_type(a.dtype, np.float64) if a.dtype.kind != "f" else a.dtype
-            lu = Container(namer("lu"), dtype, a.shape, "transient")
-            piv = Container(namer("piv"), np.dtype(np.int32), a.shape[:1], "transient")
-            containers[lu.name], containers[piv.name] = lu, piv
-            pre.append(Call("lu_factor", [a], [lu, piv], {}, s.loc))
-            s = Call("lu_solve", [Read(Ref(lu)), Read(Ref(piv)), s.inputs[1]], s.outputs, {}, s.loc)
+            factor, s = _factored(s, containers, namer)
+            pre.append(factor)
         elif isinstance(s, Call) and s.op == "lu_factor" and _invariant(s.inputs[0], varying):
             pre.append(s)
             continue
@@ -68,6 +64,36 @@ def _rewrite(stmts, varying, pre, containers, namer):
             s = map_blocks(s, lambda b: _rewrite(b, varying, pre, containers, namer))
         out.append(s)
     return out
+
+
+def factor_repeated_solves(stmts, other, containers, namer):
+    """``stmts`` (one sweep of a gradient) with each top-level ``solve`` whose matrix, or its
+    transpose, the other sweep ``other`` also solves with (or factorises) at its top level made a
+    ``lu_factor`` and a ``lu_solve``. Run on the forward sweep, then on the backward one: the
+    adjoint of ``np.linalg.solve`` solves with the transpose, and ``share_factorizations`` then
+    drops the backward sweep's factorisation when nothing wrote the matrix in between, so that
+    solve is two triangular solves, O(n^2), not a factorisation again, O(n^3)."""
+    theirs = [s.inputs[0] for s in other if isinstance(s, Call) and s.op in ("solve", "lu_factor")]
+
+    def repeated(s):
+        return isinstance(s, Call) and s.op == "solve" and len(s.inputs[0].shape) == 2 and \
+            any(_transposed(a, s.inputs[0]) is not None for a in theirs)
+
+    out = []
+    for s in stmts:
+        out += _factored(s, containers, namer) if repeated(s) else [s]
+    return out
+
+
+def _factored(s, containers, namer):
+    """``lu_factor`` and ``lu_solve`` for ``solve`` Call ``s``."""
+    a = s.inputs[0]
+    dtype = np.result_type(a.dtype, np.float64) if a.dtype.kind != "f" else a.dtype
+    lu = Container(namer("lu"), dtype, a.shape, "transient")
+    piv = Container(namer("piv"), np.dtype(np.int32), a.shape[:1], "transient")
+    containers[lu.name], containers[piv.name] = lu, piv
+    return [Call("lu_factor", [a], [lu, piv], {}, s.loc),
+            Call("lu_solve", [Read(Ref(lu)), Read(Ref(piv)), s.inputs[1]], s.outputs, {}, s.loc)]
 
 
 def share_factorizations(before, stmts):
