@@ -2,17 +2,22 @@
 
 Needs: a statement list (the backward sweep of a gradient). Changes: in a reversed loop, an
 update ``G[v] += a[:, newaxis] * b[newaxis, :]`` (the adjoint of a matrix-vector product
-``W @ x``, or of a row ``A[i] @ B``), where nothing else in the loop touches ``G`` and ``v`` is the
-same in every iteration, stores ``a`` and ``b`` as the next rows of two stacks instead; every
-``_ROWS`` rows, and after the loop, ``G[v] += A_stack.T @ B_stack``. Each iteration's pass over
-``G`` (read and written, memory-bound) becomes part of a BLAS product: lif_neurons' ``g_W`` over
-50 steps, k2mm's ``g_B`` over the rows of ``A``. An update under a branch stores its rows only
-when the branch runs.
+``W @ x``, or of a row ``A[i] @ B``), where nothing else in the loop reads ``G`` or writes it but
+by adding to it (the sums commute), stores ``a`` and ``b`` as the next rows of two stacks
+instead; every ``_ROWS`` rows, and after the loop, ``G[w] += A_stack.T @ B_stack``. Each
+iteration's pass over ``G`` (read and written, memory-bound) becomes part of a BLAS product:
+lif_neurons' ``g_W`` over 50 steps, k2mm's ``g_B`` over the rows of ``A``. An update under a
+branch stores its rows only when the branch runs.
+
+``w`` is ``v`` when the loop does not move it. When one end of an axis of ``v`` moves with the
+loop and the other stays (the triangular sweeps ``G[:, i:]``, ``G[:i + 1, :]`` of covariance-style
+products), ``w`` spans that axis from the end that stays to the container's edge, and each
+stored row is zero outside the iteration's part of it: the product adds zeros there.
 """
 from __future__ import annotations
 
 from ..ir.core import (F64, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Read, Ref, Slice,
-                       const_value, iter_reads, map_blocks, op, same_expr, same_ref, scalar, stmt_reads, stmt_writes,
+                       const_value, iter_reads, map_blocks, op, same_expr, scalar, stmt_reads, stmt_writes,
                        walk)
 
 
@@ -44,10 +49,10 @@ def _defer(loop, containers, namer):
     found = {k: v for k, (t, v) in found.items() if v is not None}
 
     def alone(dst):
-        """Nothing but updates of the region ``dst`` touches its container in the loop."""
+        """Nothing but sums into it touches ``dst``'s container in the loop: the sums commute, so
+        the outer products can be added after the loop."""
         for u in walk(loop.body):
-            other = found.get(id(u))
-            if other is not None and same_ref(other[0], dst):
+            if id(u) in found or _adds_to(u, dst.container):
                 continue
             if any(r.ref.container is dst.container for r in stmt_reads(u)) or \
                     any(w.container is dst.container for w in stmt_writes(u)):
@@ -67,25 +72,27 @@ def _defer(loop, containers, namer):
             if found is None:
                 out.append(s)
                 continue
-            dst, a, b = found
-            n, m = dst.shape
+            dst, a, b, cover = found
+            n, m = (it.size for it in cover)
             name = dst.container.name
             stack_a = _new(containers, namer, "stack_" + name, (_ROWS, n))
             stack_b = _new(containers, namer, "stack_" + name, (_ROWS, m))
             rows = _new(containers, namer, "rows_" + name, (), I64)
             total = _new(containers, namer, "sum_" + name, (n, m))
+            target = _cover_ref(dst, cover)
 
             def flush(k):
                 part = [Slice(0, k, 1)]
                 return [Call("matmul_tn_flat", [Read(Ref(stack_a, part + [Slice(0, n, 1)])),
                                                 Read(Ref(stack_b, part + [Slice(0, m, 1)]))], [total], {}, s.loc),
-                        Assign(dst, Read(Ref(total)), accumulate=True, loc=s.loc)]
+                        Assign(target, Read(Ref(total)), accumulate=True, loc=s.loc)]
 
             before.extend([Assign(Ref(stack_a), Const(0.0)), Assign(Ref(stack_b), Const(0.0)),
                            Assign(Ref(rows, ()), Const(0))])
-            out += [Assign(Ref(stack_a, [Index(scalar(rows)), Slice(0, n, 1)]), a, loc=s.loc),
-                    Assign(Ref(stack_b, [Index(scalar(rows)), Slice(0, m, 1)]), b, loc=s.loc),
-                    Assign(Ref(rows, ()), Const(1), accumulate=True),
+            for stack, vector, view, whole in ((stack_a, a, _axis_items(dst)[0], cover[0]),
+                                               (stack_b, b, _axis_items(dst)[1], cover[1])):
+                out += _stack_row(stack, rows, vector, view, whole, s.loc)
+            out += [Assign(Ref(rows, ()), Const(1), accumulate=True),
                     If(op("equal", scalar(rows), Const(_ROWS)), flush(Const(_ROWS)) + [Assign(Ref(rows, ()), Const(0))])]
             after.extend(flush(scalar(rows)))
         return out
@@ -101,16 +108,18 @@ def _new(containers, namer, hint, shape, dtype=F64):
 
 
 def _outer_update(s, written):
-    """``(dst, a, b)`` when ``s`` is ``dst += a[:, newaxis] * b[newaxis, :]`` at a position the
-    loop does not move, with ``a`` and ``b`` as vectors; else None."""
+    """``(dst, a, b, cover)`` when ``s`` is ``dst += a[:, newaxis] * b[newaxis, :]`` at a position
+    ``cover`` holds in every iteration (see ``_cover``), with ``a`` and ``b`` as vectors; else None."""
     if not (isinstance(s, Assign) and s.accumulate and s.dst.perm is None and len(s.dst.shape) == 2
             and s.dst.container.dtype == F64):
         return None
     g = s.dst.container
-    if any(r.ref.container in written for ie in s.dst.index_exprs() for r in iter_reads(ie)) or \
-            any(r.ref.container is g for r in iter_reads(s.expr)):
+    if any(r.ref.container is g for r in iter_reads(s.expr)):
         return None
-    n, m = (const_value(d) for d in s.dst.shape)
+    cover = _cover(s.dst, written)
+    if cover is None:
+        return None
+    n, m = (const_value(it.size) for it in cover)
     if n is not None and m is not None and n * m < _MIN_ELEMENTS:
         return None
     factors = _factors(s.expr)
@@ -134,7 +143,79 @@ def _outer_update(s, written):
     b = _product(rows)
     if len(a.shape) != 1 or len(b.shape) != 1 or not (same_expr(a.shape[0], n) and same_expr(b.shape[0], m)):
         return None
-    return s.dst, a, b
+    return s.dst, a, b, cover
+
+
+def _moves(e, written):
+    return any(r.ref.container in written for r in iter_reads(e))
+
+
+def _axis_items(ref):
+    """The two Slice items of a 2-D view without new axes, in order."""
+    return [it for it in ref.items if isinstance(it, Slice)]
+
+
+def _cover(dst, written):
+    """Per axis of the 2-D view ``dst``, a Slice the loop does not move that holds every
+    iteration's part of that axis: the view's own, or where one end of it moves with the loop (a
+    triangular sweep, ``G[:, i:]``), the rest of the axis from the end that stays; None when the
+    position moves otherwise (or an index does)."""
+    if any(isinstance(it, NewAxis) for it in dst.items) or any(
+            isinstance(it, Index) and _moves(it.at, written) for it in dst.items):
+        return None
+    axes = [(it, d) for it, d in zip(dst.items, dst.container.shape) if isinstance(it, Slice)]
+    if len(axes) != 2:
+        return None
+    cover = []
+    for it, dim in axes:
+        if const_value(it.step) != 1 or _moves(it.step, written):
+            return None
+        if not _moves(it.start, written) and not _moves(it.size, written):
+            cover.append(it)
+        elif not _moves(it.start, written):
+            cover.append(Slice(it.start, op("subtract", dim, it.start), 1))
+        elif _ends_at(it, written) is not None:
+            cover.append(Slice(Const(0), _ends_at(it, written), 1))
+        else:
+            return None
+    return cover
+
+
+def _ends_at(it, written):
+    """The end of ``it`` when its size is ``maximum(0, end - start)`` with an end the loop does not
+    move (a slice ``x[i:end]`` as captured), else None."""
+    size = it.size
+    if isinstance(size, Op) and size.name == "maximum" and const_value(size.args[0]) == 0:
+        size = size.args[1]
+    if isinstance(size, Op) and size.name == "subtract" and same_expr(size.args[1], it.start) and \
+            not _moves(size.args[0], written):
+        return size.args[0]
+    return None
+
+
+def _cover_ref(dst, cover):
+    items, axes = [], iter(cover)
+    for it in dst.items:
+        items.append(next(axes) if isinstance(it, Slice) else it)
+    return Ref(dst.container, items)
+
+
+def _stack_row(stack, rows, vector, view, whole, loc):
+    """Statements storing ``vector`` (the values of ``view`` of an axis) as the next row of
+    ``stack``, whose rows span ``whole``: zero outside the view when it is only part of it."""
+    row = [Index(scalar(rows))]
+    if view is whole:
+        return [Assign(Ref(stack, row + [Slice(0, whole.size, 1)]), vector, loc=loc)]
+    offset = op("subtract", view.start, whole.start)
+    return [Assign(Ref(stack, row + [Slice(0, whole.size, 1)]), Const(0.0), loc=loc),
+            Assign(Ref(stack, row + [Slice(offset, view.size, 1)]), vector, loc=loc)]
+
+
+def _adds_to(s, g):
+    """Whether ``s`` only adds to part of ``g`` what it computes without reading ``g``."""
+    return isinstance(s, Assign) and s.accumulate and s.dst.container is g and \
+        not any(r.ref.container is g for r in iter_reads(s.expr)) and \
+        not any(r.ref.container is g for ie in s.dst.index_exprs() for r in iter_reads(ie))
 
 
 def _factors(e):
