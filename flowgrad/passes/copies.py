@@ -10,6 +10,9 @@ copy when nothing reads ``t`` any more.
 The adjoint of an update ``x[v] = x[v] - f(...)`` saves ``g_x[v]``, writes it back scaled by one
 and spreads it to ``f``'s operands; after this pass the saved copy and the write-back are gone, and
 each element of ``g_x[v]`` is read once where it is spread (two passes over memory fewer).
+For one element (``x[i] -= L[i, j] * x[j]`` in a loop over ``j``) the copy is a scalar: it stays,
+and only the write-back goes, whose store to ``g_x[i]`` in every iteration kept the loop from
+being vectorised.
 
 The other way round, ``t = call(...)`` followed in the same block by ``g = t`` (``g`` a transient
 of ``t``'s shape, nothing in between touching ``g``, ``t`` read nowhere else) becomes a call that
@@ -81,11 +84,12 @@ def _copied_to(out, k, call):
 
 
 def _copy(s):
-    """``(t, ref)`` when ``s`` is ``t = ref`` for a transient array ``t`` of ``ref``'s shape."""
+    """``(t, ref)`` when ``s`` is ``t = ref`` for a transient ``t`` of ``ref``'s shape (a scalar
+    copy is only written back, never read through: it stays in a register)."""
     if not (isinstance(s, Assign) and not s.accumulate and s.dst.is_whole() and isinstance(s.expr, Read)):
         return None
     t, r = s.dst.container, s.expr.ref
-    if t.kind != "transient" or t.ndim == 0 or r.container is t or r.container.dtype != t.dtype:
+    if t.kind != "transient" or r.container is t or r.container.dtype != t.dtype:
         return None
     if len(r.shape) != t.ndim or not all(same_expr(a, b) for a, b in zip(r.shape, t.shape)):
         return None
@@ -101,7 +105,7 @@ def _redirect(out, k, t, r):
             del out[j]                    # writes back the values it already holds
             continue
         writes = {w.container for v in walk([u]) for w in stmt_writes(v)}
-        if isinstance(u, Assign) or not writes & deps:
+        if t.ndim and (isinstance(u, Assign) or not writes & deps):
             # an assignment reads its right side in full before it writes (NumPy semantics, kept
             # by every backend); a call might write its output while it reads its inputs
             out[j] = _substitute(u, t, r)
