@@ -333,12 +333,34 @@ def gnn_scatter(x, W, src, dst, anchors, n_layers):
     return torch.sum(x * x) / n
 
 
+def linalg_cholesky(X, y, lengthscale, noise):
+    n = X.shape[0]
+    sq = torch.sum(X * X, dim=1)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (X @ X.T)
+    K = torch.exp(-0.5 * d2 / (lengthscale * lengthscale)) + (noise * noise + 1e-3) * torch.eye(n, dtype=X.dtype)
+    L = torch.linalg.cholesky(K)
+    alpha = torch.linalg.solve_triangular(L, y[:, None], upper=False)[:, 0]
+    return 0.5 * torch.sum(alpha * alpha) + torch.sum(torch.log(torch.diagonal(L)))
+
+
+def masked_histogram(x, w, centres, width):
+    bins = []
+    for c in centres:
+        d = (x - c) / width
+        bins.append(torch.sum(torch.where(torch.abs(d) < 2.0, w * torch.exp(-d * d), 0.0)))
+    hist = torch.stack(bins)
+    target = torch.linspace(0.0, 1.0, centres.shape[0], dtype=x.dtype)
+    return torch.sum((hist / torch.sum(hist) - target) ** 2)
+
+
 TORCH_KERNELS = {
     fn.__name__: fn for fn in (
         # stencils and PDE time-stepping
         heat_1d_explicit, burgers_1d, jacobi_2d, heat_3d, fdtd_2d, hdiff,
         # linear algebra (row loops, triangular loops, an iterative solver)
-        gemm, atax, gemver, k3mm, cholesky, trisolv, cg_solver,
+        gemm, atax, gemver, k3mm, cholesky, trisolv, cg_solver, linalg_cholesky,
+        # a masked reduction per bin
+        masked_histogram,
         # machine learning
         mlp, softmax, logsumexp, layernorm, conv2d_bias, lenet, resnet_block, attention, rnn, gnn_scatter,
     )
