@@ -701,3 +701,22 @@ def test_the_cholesky_adjoint_uses_triangular_solves(backend):
     check_grad(gaussian_likelihood, args, ("X", "y", "ell"), backend=backend)
     backward = flowgrad.grad(gaussian_likelihood, wrt=("X", "y", "ell"), backend=backend).ir(*args).split("# backward")[1]
     assert backward.count("solve_triangular(") == 2 and "lu_factor(" not in backward, backward
+
+
+def triangular_rows(data, w):
+    n, m = data.shape
+    cov = np.zeros((m, m))
+    for i in range(m):
+        cov[i, i:] = data[:, i] @ data[:, i:]     # the adjoint adds outer products into g_data[:, i:]
+        cov[i, i:] *= w[i:]
+    return np.sum(cov * cov)
+
+
+def test_outer_products_into_a_sweeping_view_are_summed_by_products(backend):
+    rng = np.random.default_rng(11)
+    args = (rng.uniform(-1, 1, (90, 70)), rng.uniform(0.5, 1.5, 70))
+    check_grad(triangular_rows, args, ("data", "w"), backend=backend)
+    backward = flowgrad.grad(triangular_rows, wrt=("data", "w"), backend=backend).ir(*args).split("# backward")[1]
+    assert "matmul_tn_flat(stack_g_data" in backward, backward
+    # each stored row is zero outside the iteration's columns
+    assert re.search(r"stack_g_data_1\[rows_g_data, 0:\+70\] = 0.0", backward), backward
