@@ -66,7 +66,7 @@ def test_large_nests_split_their_outer_loop_over_threads(backend, monkeypatch):
         lines = src.splitlines()
         k = next(i for i, ln in enumerate(lines) if "* 0.5) + 0.1)" in ln)       # the read-ahead
         assert "prange" not in lines[k - 1] + lines[k - 2]
-        monkeypatch.delenv("FLOWGRAD_PARALLEL")                                  # one thread by default
+        monkeypatch.delenv("FLOWGRAD_PARALLEL")    # by default: a nest this small stays on one thread
         assert "prange" not in flowgrad.grad(smoothing_steps, wrt=("A",), backend=backend).source(A, 3)
 
 
