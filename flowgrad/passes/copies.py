@@ -55,7 +55,7 @@ def _retarget(stmts, reads):
     k = 0
     while k < len(out):
         s = out[k]
-        if isinstance(s, Call) and len(s.outputs) == 1 and reads[s.outputs[0]] == 1:
+        if isinstance(s, Call) and len(s.outputs) == 1 and s.outputs[0].ndim and reads[s.outputs[0]] == 1:
             j = _copied_to(out, k, s)
             if j is not None:
                 out[k] = Call(s.op, s.inputs, [out[j].dst.container], s.attrs, s.loc)
