@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Read, Ref, Slice, const_value,
                        iter_reads, map_blocks, op, same_expr, same_ref, scalar)
+from .outer import factors, product
 
 # Below this many iterations (when known) a product call costs more than the loop it replaces.
 _MIN_TRIPS = 8
@@ -56,22 +57,20 @@ def _contract(loop, containers, namer):
     if terms is None:
         return None
     calls, parts = [], []
-    for sign, factors in terms:
-        ours = [f for f in factors if _reads(f, k)]
-        scale = [f for f in factors if not _reads(f, k)]
+    for sign, fs in terms:
+        ours = [f for f in fs if _reads(f, k)]
+        scale = [f for f in fs if not _reads(f, k)]
         if len(ours) != 2 or any(f.dtype != dst.dtype for f in ours):
             return None
         views = [_along(f, k, loop.start, trips) for f in ours]
         if None in views:
             return None
-        product = _product_of(views, containers, namer, s.loc)
-        if product is None:
+        made = _product_of(views, containers, namer, s.loc)
+        if made is None:
             return None
-        call, result = product
+        call, result = made
         calls.append(call)
-        part = result
-        for f in scale:
-            part = op("multiply", part, f)
+        part = product([result] + scale)
         parts.append(part if sign > 0 else op("negative", part))
     total = parts[0]
     for p in parts[1:]:
@@ -108,18 +107,8 @@ def _terms(e, sign=1):
         return None if left is None or right is None else left + right
     if isinstance(e, Op) and e.name == "negative":
         return _terms(e.args[0], -sign)
-    factors = _factors(e)
-    return None if factors is None else [(sign, factors)]
-
-
-def _factors(e):
-    if isinstance(e, Op) and e.name == "multiply":
-        left, right = _factors(e.args[0]), _factors(e.args[1])
-        return None if left is None or right is None else left + right
-    if isinstance(e, Op) and e.name == "negative":
-        inner = _factors(e.args[0])
-        return None if inner is None else inner + [Const(-1.0)]
-    return [e]
+    fs = factors(e)
+    return None if fs is None else [(sign, fs)]
 
 
 def _reads(e, k):

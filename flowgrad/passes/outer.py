@@ -122,12 +122,12 @@ def _outer_update(s, written):
     n, m = (const_value(it.size) for it in cover)
     if n is not None and m is not None and n * m < _MIN_ELEMENTS:
         return None
-    factors = _factors(s.expr)
-    if factors is None:
+    fs = factors(s.expr)
+    if fs is None:
         return None
     n, m = s.dst.shape
     cols, rows, scale = [], [], []
-    for f in factors:
+    for f in fs:
         shape = f.shape
         if shape == ():
             scale.append(f)
@@ -139,8 +139,8 @@ def _outer_update(s, written):
             return None
     if not cols or not rows or any(c is None for c in cols + rows):
         return None
-    a = _product(cols + scale)
-    b = _product(rows)
+    a = product(cols + scale)
+    b = product(rows)
     if len(a.shape) != 1 or len(b.shape) != 1 or not (same_expr(a.shape[0], n) and same_expr(b.shape[0], m)):
         return None
     return s.dst, a, b, cover
@@ -218,18 +218,19 @@ def _adds_to(s, g):
         not any(r.ref.container is g for ie in s.dst.index_exprs() for r in iter_reads(ie))
 
 
-def _factors(e):
+def factors(e):
     """The factors of a product (a negation is a factor -1), or None when ``e`` is not one."""
     if isinstance(e, Op) and e.name == "multiply":
-        left, right = _factors(e.args[0]), _factors(e.args[1])
+        left, right = factors(e.args[0]), factors(e.args[1])
         return None if left is None or right is None else left + right
     if isinstance(e, Op) and e.name == "negative":
-        inner = _factors(e.args[0])
+        inner = factors(e.args[0])
         return None if inner is None else inner + [Const(-1.0)]
     return [e]
 
 
-def _product(fs):
+def product(fs):
+    """The product of expressions ``fs`` (at least one)."""
     e = fs[0]
     for f in fs[1:]:
         e = op("multiply", e, f)
@@ -271,4 +272,4 @@ def _drop_axis(e, axis):
     return None
 
 
-__all__ = ["defer_outer_products"]
+__all__ = ["defer_outer_products", "factors", "product"]
