@@ -32,7 +32,7 @@ _jit = numba.njit(cache=True, nogil=True)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Threads a parallel loop nest may run on: Numba's pool (``NUMBA_NUM_THREADS``, by default one per
-# CPU); the native backend splits no nest where it is one (see ``Lowering.splits``).
+# CPU); the native backend splits no nest where it is one (see ``native_parallel.ParallelNests.splits``).
 THREADS = numba.config.NUMBA_NUM_THREADS
 
 PRANGE = {"prange": True, "comprehension": False, "numpy": False, "reduction": False, "setitem": False,
