@@ -181,6 +181,26 @@ case(branch_bound_views, lambda: (U((4,)), 1), tag="then")
 case(branch_bound_views, lambda: (U((4,)), -1), tag="else")
 
 
+def last_of_a_changing_size(x, A, n):
+    for i in range(n):
+        row = x[i:] * A[i, i:]       # one element fewer each pass
+        x[i:] = np.sin(row)
+    out = np.sum(row * row)          # the last pass's row: its adjoint comes before the loop's
+    k = 5
+    while k > 0:
+        part = x[:k] * 2.0
+        x[:k] += 0.1 * part
+        k -= 2
+    for j in range(n - 1, -1, -2):
+        tail = A[j, j:] * x[j:]
+        A[j, j:] = tail * 0.5
+    return out + np.sum(part) + np.sum(tail * tail) + np.sum(A)
+
+
+case(last_of_a_changing_size, lambda: (U((6,)), U((6, 6)), 6), wrt=(0, 1), tag="six")
+case(last_of_a_changing_size, lambda: (U((6,)), U((6, 6)), 5), wrt=(0, 1), tag="five")
+
+
 @pytest.mark.parametrize("fn, make, wrt", CASES)
 def test_grad(fn, make, wrt, backend):
     check_grad(fn, make(), wrt, backend=backend)

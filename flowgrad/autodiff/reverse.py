@@ -901,8 +901,41 @@ def _zero_inits(b: ReverseBuilder, prog: Program):
                                    "whose tape holds values of a size that changes from one iteration to the next "
                                    "(a masked read x[m] in a loop): take this second derivative forward over "
                                    "reverse (flowgrad.hvp, flowgrad.hessian, or jvp of grad(f))")
-        placement.setdefault(loop, []).append(Assign(Ref(g), Const(0.0)))
+        init = Assign(Ref(g), Const(0.0))
+        if loop is not None and _read_outside(prog.body, loop, c):
+            # what is read after the loop holds the last iteration's value, whose adjoint the sweep
+            # adds before it reverses that iteration: zeroed once at the top, and in the loop from
+            # the second reversed iteration on
+            placement.setdefault(None, []).append(init)
+            init = (init,)
+        placement.setdefault(loop, []).append(init)
     return placement
+
+
+def _read_outside(stmts, loop, c):
+    """Whether a statement outside ``loop`` reads ``c``."""
+    for s in stmts:
+        if s is loop:
+            continue
+        if any(r.ref.container is c for r in stmt_reads(s)):
+            return True
+        if any(_read_outside(body, loop, c) for body in child_blocks(s)):
+            return True
+    return False
+
+
+def _first_iteration(loop):
+    """Whether ``loop`` (a For) is in its first iteration: its variable at the first value it takes."""
+    var = scalar(loop.var)
+    if not loop.reverse:
+        return op("equal", var, loop.start)
+    step = const_value(loop.step)
+    if not step:
+        raise UnsupportedError(f"{loop.loc}: unsupported reverse mode through a loop with a step only known at run "
+                               "time, whose values of a changing size are read after it: give the step as a constant")
+    span = op("subtract", loop.stop, loop.start) if step > 0 else op("subtract", loop.start, loop.stop)
+    trips = op("floor_divide", op("add", span, Const(abs(step) - 1)), Const(abs(step)))
+    return op("equal", var, op("add", loop.start, op("multiply", op("subtract", trips, Const(1)), loop.step)))
 
 
 def _sink_zero_inits(stmts):
@@ -1138,8 +1171,9 @@ def _place_zero_inits(backward, placement, b):
             if isinstance(s, For):
                 body = visit(s.body, forward_loops)
                 src = forward_loops.get(id(s))
-                out.append(For(s.var, s.start, s.stop, s.step, placement.get(src, []) + body if src else body,
-                               s.reverse, s.loc))
+                inits = [i if isinstance(i, Assign) else If(op("logical_not", _first_iteration(s)), list(i))
+                         for i in placement.get(src, [])] if src else []
+                out.append(For(s.var, s.start, s.stop, s.step, inits + body, s.reverse, s.loc))
             elif isinstance(s, If):
                 out.append(If(s.cond, visit(s.then, forward_loops), visit(s.orelse, forward_loops), s.loc))
             else:
