@@ -9,7 +9,7 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
 
     CAPTURED  every mode, on the captured body: refuse complex calls without rules, size checks,
               fusion of temporaries, dead code, late gathers, loops of
-              products summed by matrix products
+              products summed by matrix products, loops' matrix products taken out of them
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
               iteration), hoisted factorisations, native gathers and packing, view bounds
     REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
@@ -37,6 +37,7 @@ from .passes.expand import expand_calls
 from .passes.fuse import fuse_temporaries, split_kept
 from .passes.gather import gather_shifted_sums
 from .passes.hoist import factor_repeated_solves, hoist_factorizations, share_factorizations
+from .passes.lift_products import lift_loop_products
 from .passes.late import gather_after_products
 from .passes.order import forward_independent_loops
 from .passes.outer import defer_outer_products
@@ -96,6 +97,7 @@ CAPTURED = [
     Step("dce", "body", lambda b, u: eliminate_dead(b, set(u.outputs))[0]),
     Step("late", "body", lambda b, u: gather_after_products(b, u.containers, u.namer)),
     Step("contract", "body", lambda b, u: contract_product_loops(b, u.containers, u.namer)),
+    Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
 ]
 
 FORWARD = [

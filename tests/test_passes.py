@@ -708,9 +708,9 @@ def triangular_rows(data, w):
     n, m = data.shape
     cov = np.zeros((m, m))
     for i in range(m):
-        cov[i, i:] = data[:, i] @ data[:, i:]     # the adjoint adds outer products into g_data[:, i:]
-        cov[i, i:] *= w[i:]
-    return np.sum(cov * cov)
+        row = data[:, i] @ data[:, i:]           # the adjoint adds outer products into g_data[:, i:]
+        cov[i, i:] = row * w[i:]
+    return np.sum(cov * cov) + np.sum(row)      # the last row read after the loop: stays in it
 
 
 def test_outer_products_into_a_sweeping_view_are_summed_by_products(backend):
@@ -721,3 +721,105 @@ def test_outer_products_into_a_sweeping_view_are_summed_by_products(backend):
     assert "matmul_tn_flat(stack_g_data" in backward, backward
     # each stored row is zero outside the iteration's columns
     assert re.search(r"stack_g_data_1\[rows_g_data, 0:\+70\] = 0.0", backward), backward
+
+
+# ---------------------------------------------------------------- loops' products taken out (lift_products)
+
+
+def covariance_rows(data):
+    n, m = data.shape
+    data -= np.mean(data, axis=0)
+    cov = np.zeros((m, m))
+    for i in range(m):
+        cov[i, i:] = data[:, i] @ data[:, i:] / (n - 1.0)      # a triangle of a Gram matrix
+        cov[i:, i] = cov[i, i:]
+    return np.sum(cov * cov)
+
+
+def strict_rows(data, w):
+    m = data.shape[1]
+    corr = np.zeros((m, m))
+    for i in range(m - 1):
+        corr[i, i + 1:] = data[:, i] @ data[:, i + 1:]          # data[:, :-1].T @ data[:, 1:], widened
+        corr[i + 1:, i] = corr[i, i + 1:] * w[i]
+    return np.sum(corr * corr)
+
+
+def rows_below(alpha, A, B):
+    m, n = B.shape
+    for i in range(m):
+        for j in range(n):                     # reads rows below i, which the loop has not changed yet
+            B[i, j] += A[i + 1:, i] @ B[i + 1:, j]
+            B[i, j] *= alpha
+    return np.sum(B * B)
+
+
+def products_of_rows(X, v):
+    out = np.zeros(X.shape[0])
+    for i in range(X.shape[0]):
+        out[i] = np.tanh(X[i, :] @ v)           # one matrix-vector product
+    return np.sum(out * out)
+
+
+@pytest.mark.parametrize("fn,shapes,wrt,nest", [
+    (covariance_rows, [(14, 11)], ("data",), "for i "),
+    (strict_rows, [(12, 10), (10,)], ("data", "w"), "for i "),
+    (rows_below, [(), (9, 9), (9, 10)], ("alpha", "A", "B"), "for j "),
+    (products_of_rows, [(10, 6), (6,)], ("X", "v"), "for i "),
+])
+def test_products_in_loops_become_one_product(fn, shapes, wrt, nest, backend):
+    rng = np.random.default_rng(12)
+    args = tuple(rng.uniform(-1, 1, s) if s else 1.1 for s in shapes)
+    check_forward(fn, args, backend=backend, rtol=1e-10)
+    check_grad(fn, args, wrt, backend=backend)
+    forward = flowgrad.grad(fn, wrt=wrt, backend=backend).ir(*args).split("# backward")[0]
+    # the product is made before the loop, which reads its rows
+    head, loop = forward.split(nest, 1)
+    assert "matmul(" in head and "matmul(" not in loop.split("\n  sum")[0], forward
+
+
+def gram_of_columns(X):
+    return np.sum(np.sin(X.T @ X)) + np.sum(np.cos(X @ X.T))
+
+
+def test_a_gram_matrix_adjoint_is_one_product(backend):
+    rng = np.random.default_rng(13)
+    args = (rng.uniform(-1, 1, (7, 5)),)
+    check_forward(gram_of_columns, args, backend=backend, rtol=1e-12)
+    check_grad(gram_of_columns, args, ("X",), backend=backend)
+    backward = flowgrad.grad(gram_of_columns, wrt=("X",), backend=backend).ir(*args).split("# backward")[1]
+    assert backward.count("matmul(") == 2 and "gsym" in backward, backward
+
+
+def reads_earlier_rows(x, A):
+    for i in range(1, x.shape[0]):
+        x[i] = np.sin(A[i, :] @ x)              # x[i - 1] was written by the iteration before
+    return np.sum(x * x)
+
+
+def product_read_after(X, v):
+    for i in range(X.shape[0]):
+        t = X[i, :] @ v
+        X[i, :] *= t
+    return np.sum(X * X) + t                   # the last iteration's product
+
+
+def moving_sum(A, b):
+    out = np.zeros(A.shape[0])
+    for i in range(A.shape[0]):
+        out[i] = A[i, :i] @ b[:i]                # the slice moves along the summed axis
+    return np.sum(out * out)
+
+
+@pytest.mark.parametrize("fn,shapes,wrt", [
+    (reads_earlier_rows, [(10,), (10, 10)], ("x", "A")),
+    (product_read_after, [(9, 4), (4,)], ("X", "v")),
+    (moving_sum, [(10, 10), (10,)], ("A", "b")),
+])
+def test_products_the_loop_depends_on_stay_in_it(fn, shapes, wrt, backend):
+    rng = np.random.default_rng(14)
+    args = tuple(rng.uniform(-1, 1, s) * 0.5 for s in shapes)
+    check_forward(fn, args, backend=backend, rtol=1e-10)
+    check_grad(fn, args, wrt, backend=backend)
+    forward = flowgrad.grad(fn, wrt=wrt, backend=backend).ir(*args).split("# backward")[0]
+    assert "matmul(" not in forward.split("for i ")[0], forward

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import ELEMENTWISE, Assign, Call, Const, NewAxis, Read, Ref, Slice, op
+from ..ir.core import ELEMENTWISE, Assign, Call, Const, NewAxis, Read, Ref, Slice, op, same_ref
 from ..ir.elements import ELEMENTS
 
 # ------------------------------------------------------------- elementwise partials
@@ -126,11 +126,24 @@ def _swap_last(r):
     return Read(Ref(r.ref.container, r.ref.items, tuple(base[p] for p in perm)))
 
 
+def is_gram(a, b):
+    """Whether ``a @ b`` is a real Gram matrix: ``a`` is the transpose of the matrix ``b`` reads."""
+    if not (isinstance(a, Read) and isinstance(b, Read) and len(a.shape) == len(b.shape) == 2):
+        return False
+    if a.dtype.kind != "f" or a.ref.container is not b.ref.container or {a.ref.perm, b.ref.perm} != {None, (1, 0)}:
+        return False
+    return same_ref(Ref(a.ref.container, a.ref.items), Ref(b.ref.container, b.ref.items))
+
+
 def _vjp_matmul(ctx, call, gouts):
     (a, b), (g,) = call.inputs, gouts
     ga, gb = Read(Ref(g)), Read(Ref(g))
     stmts = []
     na, nb = len(a.shape), len(b.shape)
+    if is_gram(a, b) and ctx.active(b):
+        # c = b.T @ b: b's adjoint b @ (g + g.T), one product where the two operands' would be two
+        both = ctx.temp(g.shape, g.dtype, "gsym")
+        return [Assign(Ref(both), ga + _swap_last(gb))] + ctx.via_temp(b, "matmul", [b, Read(Ref(both))])
     if na == 1 and nb == 1:
         return ctx.accumulate(a, ga * b) + ctx.accumulate(b, gb * a)
     if ctx.active(a):
@@ -727,5 +740,5 @@ def coverage() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PARTIALS", "ZERO_DERIVATIVE", "NO_PARTIALS", "CALLS", "CallRule", "coverage", "missing_rules",
+__all__ = ["PARTIALS", "is_gram", "ZERO_DERIVATIVE", "NO_PARTIALS", "CALLS", "CallRule", "coverage", "missing_rules",
            "jvp_linear", "jvp_zero"]

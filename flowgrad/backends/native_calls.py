@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.core import Call, Read, Ref, const_value, iter_reads, op, same_expr, same_ref
+from ..autodiff.rules import is_gram
 from .numpy import dtype_src
 
 
@@ -232,6 +233,9 @@ def _lower_matmul(low, s, ind):
         # (..., n, k) @ (k, m): one GEMM over the flattened leading axes
         low.line(f"{c.name} = np.dot(np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}), "
                  f"np.ascontiguousarray({sb})).reshape({low.shape_tuple(c.shape)})", ind)
+        return
+    if is_gram(a, b) and c.dtype == np.float64:
+        low.line(f"{c.name} = _rt.linalg.gram({sb})", ind)
         return
     if len(a.shape) <= 2 and len(b.shape) <= 2:
         if c.ndim == 0:

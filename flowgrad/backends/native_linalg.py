@@ -1,12 +1,13 @@
 """Numba-compiled linear algebra for the native backend's generated code (``_rt.linalg.<name>``):
-``eigh`` for either triangle, the triangular solve, least squares with NumPy's default cut-off,
+``eigh`` for either triangle, the triangular solve, the Gram matrix, least squares with NumPy's default cut-off,
 and the adjoints of ``linalg_runtime`` compiled from the same source.
 
 Numba's own ``np.linalg.eigh`` reads the lower triangle only; NumPy's with ``UPLO='U'`` calls
 LAPACK's syevd on the upper one, whose eigenvectors may differ in sign from those of the mirrored
 lower triangle, so ``eigh`` calls syevd itself (Numba's ``numba_ez_xxxevd`` helper, declared by
 symbol like ``native_runtime``'s gemm). The triangular solve calls BLAS ``dtrsm`` from SciPy's
-BLAS, bound to a symbol the same way.
+BLAS, bound to a symbol the same way, and the Gram matrix ``b.T @ b`` BLAS ``dsyrk``, half the
+work of a general product.
 """
 from __future__ import annotations
 
@@ -65,6 +66,34 @@ def solve_triangular(a, b, lower, trans, unit):
            sizes[0:].ctypes.data, sizes[1:].ctypes.data, one.ctypes.data, m.ctypes.data, sizes[2:].ctypes.data,
            x.ctypes.data, sizes[3:].ctypes.data)
     return x.reshape(b.shape)
+
+
+llvm.add_symbol("flowgrad_dsyrk", get_cython_function_address("scipy.linalg.cython_blas", "dsyrk"))
+_DSYRK = numba.types.ExternalFunction("flowgrad_dsyrk", numba.types.void(*([_P] * 10)))
+
+
+@_jit
+def gram(b):
+    """``b.T @ b`` of a float64 matrix by BLAS ``dsyrk``: column-major BLAS reads the row-ordered
+    ``b`` (n, m) as ``b.T``, whose product with its own transpose it fills one triangle of; the
+    other is mirrored."""
+    n, m = b.shape
+    c = np.zeros((m, m))
+    if m == 0 or n == 0:
+        return c
+    x = np.ascontiguousarray(b)
+    flags = np.array([ord("U"), ord("N")], dtype=np.int8)
+    sizes = np.array([m, n, m, m], dtype=np.int32)          # n, k, lda, ldc of the column-major call
+    one = np.ones(1)
+    zero = np.zeros(1)
+    _DSYRK(flags[0:].ctypes.data, flags[1:].ctypes.data, sizes[0:].ctypes.data, sizes[1:].ctypes.data,
+           one.ctypes.data, x.ctypes.data, sizes[2:].ctypes.data, zero.ctypes.data, c.ctypes.data,
+           sizes[3:].ctypes.data)
+    # the column-major upper triangle is the row-major lower one
+    for i in range(m):
+        for j in range(i + 1, m):
+            c[i, j] = c[j, i]
+    return c
 
 
 @_jit
