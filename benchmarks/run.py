@@ -643,6 +643,10 @@ def _run(ns, names, size, budget, argv):
     backends, unavailable = _select_backends(ns.backends)
     jax = None if ns.no_jax else import_jax()
     torch, torch_kernels = (None, {}) if ns.no_torch else import_torch()
+    if torch is not None and ns.one_cpu:
+        # PyTorch's own pool would keep threads waiting on the one CPU after each of its calls,
+        # taking it from the calls timed after them
+        torch.set_num_threads(1)
     ctx = Context(size, budget, ns.repeat, ns.quick, backends, jax, torch, torch_kernels)
     if not backends:
         print("no flowgrad backend is available")

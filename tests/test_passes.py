@@ -823,3 +823,82 @@ def test_products_the_loop_depends_on_stay_in_it(fn, shapes, wrt, backend):
     check_grad(fn, args, wrt, backend=backend)
     forward = flowgrad.grad(fn, wrt=wrt, backend=backend).ir(*args).split("# backward")[0]
     assert "matmul(" not in forward.split("for i ")[0], forward
+
+
+# ---------------------------------------------------------------- softmax shifts taken as constants (shifts)
+
+
+def softmax_weighted(x, w):
+    m = np.max(x, axis=-1, keepdims=True)
+    e = np.exp(x - m)
+    return np.sum(e / np.sum(e, axis=-1, keepdims=True) * w)
+
+
+def log_sum_exps(X, w):
+    rows = np.zeros(X.shape[0])
+    for i in range(X.shape[0]):
+        mx = np.max(X[i, :])
+        rows[i] = mx + np.log(np.sum(np.exp(X[i, :] - mx)))
+    cmax = np.max(X, axis=0, keepdims=True)
+    cols = cmax + np.log(np.sum(np.exp(X - cmax), axis=0, keepdims=True))
+    return np.sum(rows * w) + np.sum(np.sin(cols))
+
+
+def heads(x, W):
+    out = np.zeros_like(x)
+    for h in range(2):
+        s = x[:, 2 * h:2 * h + 2] @ W[2 * h:2 * h + 2, :]
+        p = np.exp(s - np.max(s, axis=1, keepdims=True))
+        out[:, 2 * h:2 * h + 2] = (p / np.sum(p, axis=1, keepdims=True)) @ x[:, 2 * h:2 * h + 2]
+    return np.sum(out * out)
+
+
+@pytest.mark.parametrize("fn,shapes,wrt", [
+    (softmax_weighted, [(3, 4, 5), (5,)], ("x", "w")),
+    (log_sum_exps, [(6, 5), (6,)], ("X", "w")),
+    (heads, [(5, 4), (4, 5)], ("x", "W")),
+])
+def test_a_softmax_shift_is_a_constant(fn, shapes, wrt, backend):
+    rng = np.random.default_rng(15)
+    args = tuple(rng.uniform(-2, 2, s) for s in shapes)
+    check_forward(fn, args, backend=backend, rtol=1e-12)
+    check_grad(fn, args, wrt, backend=backend)
+    ir = flowgrad.grad(fn, wrt=wrt, backend=backend).ir(*args)
+    forward, backward = ir.split("# backward")
+    assert "max_const(" in forward and " max(" not in forward, forward
+    assert "count" not in backward, backward            # no share of the maximum's adjoint
+
+
+def unnormalised(x):
+    m = np.max(x, axis=1, keepdims=True)
+    return np.sum(np.exp(x - m))                       # depends on m
+
+
+def other_axis(x):
+    m = np.max(x, axis=1, keepdims=True)
+    e = np.exp(x - m)
+    return np.sum(np.sin(e / np.sum(e, axis=0, keepdims=True)))    # summed across m's rows
+
+
+def shift_used_again(x):
+    m = np.max(x, axis=1, keepdims=True)
+    e = np.exp(x - m)
+    return np.sum(e / np.sum(e, axis=1, keepdims=True)) + np.sum(m * m)
+
+
+def last_row_after(X):
+    for i in range(X.shape[0]):
+        e = np.exp(X[i, :] - np.max(X[i, :]))
+        X[i, :] = e / np.sum(e)
+    return np.sum(X * X) + np.sum(e)                    # the last e, unnormalised
+
+
+@pytest.mark.parametrize("fn,shape", [(unnormalised, (4, 5)), (other_axis, (4, 5)), (shift_used_again, (4, 5)),
+                                      (last_row_after, (4, 5))])
+def test_a_shift_its_uses_do_not_cancel_keeps_its_derivative(fn, shape, backend):
+    rng = np.random.default_rng(16)
+    args = (rng.uniform(-2, 2, shape),)
+    check_forward(fn, args, backend=backend, rtol=1e-12)
+    check_grad(fn, args, ("x",) if "x" in fn.__code__.co_varnames[:1] else ("X",), backend=backend)
+    forward = flowgrad.grad(fn, wrt=(fn.__code__.co_varnames[0],), backend=backend).ir(*args).split("# backward")[0]
+    assert "max_const(" not in forward, forward
