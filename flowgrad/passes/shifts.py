@@ -135,7 +135,7 @@ def _invariant(e, shift, scaled, sums):
     tracked = shift | scaled | {c for c in sums if not isinstance(c, tuple)}
     if not any(r.ref.container in tracked for r in iter_reads(e)):
         return True
-    if isinstance(e, Op) and e.name == "divide" and _whole_of(e.args[0], scaled) and \
+    if isinstance(e, Op) and e.name == "divide" and (_whole_of(e.args[0], scaled) or _is_shift(e.args[0], shift)) and \
             _whole_of(e.args[1], {c[1] for c in sums if isinstance(c, tuple) and c[0] == "ratio"}):
         return True
     if isinstance(e, Op) and e.name == "add":
