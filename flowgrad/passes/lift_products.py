@@ -15,7 +15,10 @@ first axis (``x`` batched) or last (``y`` batched); the loop reads ``r[v - lo, .
 ``t``. Legality: nothing in the loop writes an element the widened operands hold (so the values
 the product reads before the loop are those each iteration read), the loop does not read ``t``
 before the call nor anything outside the loop reads it. A slice that moves along the summed axis
-stays a loop (padding it with zeros would turn an infinity outside the slice into a NaN).
+stays a loop (padding it with zeros would turn an infinity outside the slice into a NaN). Two
+operands reading one matrix at different places along their batch and free axes are both widened
+to one view (correlation's ``data[:, i] @ data[:, i + 1:]`` becomes ``data.T @ data``), whose
+product is a Gram matrix: one product in its adjoint, and BLAS ``syrk`` in native code.
 
 A loop of dot products becomes a matrix-vector product, a loop of vector-matrix products
 (covariance's ``data[:, i] @ data[:, i:]``) a matrix product: BLAS calls over whole matrices
