@@ -29,8 +29,8 @@ product is more than ``_MAX_WASTE`` times the loop's work.
 from __future__ import annotations
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Push, Read, Ref, Slice, While,
-                       apart, const_value, iter_reads, loop_range, op, same_ref, scalar, split_offset, stmt_reads,
-                       stmt_writes, substitute, walk)
+                       apart, child_blocks, const_value, iter_reads, loop_range, op, same_ref, scalar, split_offset,
+                       stmt_reads, stmt_writes, substitute, walk)
 
 # Below this many iterations one product gains too little over the loop's calls.
 _MIN_TRIPS = 8
@@ -51,7 +51,7 @@ def lift_loop_products(stmts, containers, namer, outputs=()):
 def _lift_somewhere(block, root, containers, namer, outputs):
     """``block`` with one product lifted (innermost loops first), or None."""
     for k, s in enumerate(block):
-        blocks = _blocks(s)
+        blocks = list(child_blocks(s))
         for b, body in enumerate(blocks):
             new = _lift_somewhere(body, root, containers, namer, outputs)
             if new is not None:
@@ -61,14 +61,6 @@ def _lift_somewhere(block, root, containers, namer, outputs):
             if new is not None:
                 return block[:k] + new + block[k + 1:]
     return None
-
-
-def _blocks(s):
-    if isinstance(s, (For, While)):
-        return [s.body]
-    if isinstance(s, If):
-        return [s.then, s.orelse]
-    return []
 
 
 def _with_blocks(s, blocks):

@@ -16,7 +16,7 @@ definitions before the uses (so no use mixes two iterations' values).
 """
 from __future__ import annotations
 
-from ..ir.core import Assign, Call, Op, Read, iter_reads, map_blocks, stmt_reads, stmt_writes, walk
+from ..ir.core import Assign, Call, Op, Read, child_blocks, iter_reads, map_blocks, stmt_reads, stmt_writes, walk
 
 
 def constant_shifts(stmts):
@@ -37,13 +37,8 @@ def _visit(block, counts, found):
     for k, s in enumerate(block):
         if isinstance(s, Call) and s.op == "max" and _cancels(block, k, *counts):
             found.add(id(s))
-        for body in _blocks(s):
+        for body in child_blocks(s):
             _visit(body, counts, found)
-
-
-def _blocks(s):
-    return [b for b in (getattr(s, "body", None), getattr(s, "then", None), getattr(s, "orelse", None))
-            if b is not None]
 
 
 def _axes(call, ndim):
@@ -73,7 +68,7 @@ def _cancels(block, k, writes, reads):
     uses = []                 # statements reading what is tracked
     for s in block[k + 1:]:
         tracked = [r for r in stmt_reads(s) if r.ref.container in seen]
-        if any(r.ref.container in seen for b in _blocks(s) for t in walk(b) for r in stmt_reads(t)):
+        if any(r.ref.container in seen for b in child_blocks(s) for t in walk(b) for r in stmt_reads(t)):
             return False      # read in a nested block: its order against the definitions is unclear
         if not tracked:
             continue
@@ -153,7 +148,7 @@ def _rewrite(stmts, found):
     for s in stmts:
         if id(s) in found:
             s = Call("max_const", s.inputs, s.outputs, s.attrs, s.loc)
-        elif _blocks(s):
+        elif child_blocks(s):
             s = map_blocks(s, lambda b: _rewrite(b, found))
         out.append(s)
     return out
