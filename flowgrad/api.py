@@ -20,7 +20,7 @@ from .autodiff.reverse import build_reverse
 from .checkpoint.plan import parse_bytes, plan_program
 from .checkpoint.values import recompute as recompute_values
 from .backends import native as native_backend
-from .backends import native_kernel
+from .backends import native_kernel, native_runtime
 from .backends import numpy as numpy_backend
 from .errors import FlowgradError, InputError, UnsupportedError
 from .frontends.python import capture
@@ -119,7 +119,8 @@ def _program_key(cap, backend, mode, wrt_spec, options):
         data = pickle.dumps((cap.name, cap.params, cap.body, cap.result, cap.containers,
                              sorted(namer.items()) if isinstance(namer, dict) else namer, cap.arg_leaves,
                              mode, tuple(wrt_spec), sorted((loop_kinds or {}).items()), bool(uncompute),
-                             bool(implicit_while), recompute, os.environ.get("FLOWGRAD_PARALLEL", "")), protocol=4)
+                             bool(implicit_while), recompute, os.environ.get("FLOWGRAD_PARALLEL", ""),
+                             native_runtime.threads()), protocol=4)
     except Exception:               # noqa: BLE001 - not kept, generated every time
         return None
     return native_kernel.program_key(data)

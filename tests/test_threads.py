@@ -10,9 +10,11 @@ pytestmark = pytest.mark.native
 numba = pytest.importorskip("numba")
 
 from flowgrad.backends.native import Lowering  # noqa: E402
-from flowgrad.backends.native_runtime import THREADS  # noqa: E402
+from flowgrad.backends.native_runtime import threads  # noqa: E402
 
-needs_threads = pytest.mark.skipif(THREADS < 2, reason="Numba has one thread (NUMBA_NUM_THREADS=1): no nest is split")
+THREADS = threads()
+
+needs_threads = pytest.mark.skipif(THREADS < 2, reason="one thread (NUMBA_NUM_THREADS=1 or one CPU): no nest is split")
 
 
 def smoothing(A, steps):

@@ -13,7 +13,7 @@ import numpy as np
 from ..ir.core import Call, Op, Read, Take, const_value, iter_reads, same_ref, walk
 from ..ir.elements import ELEMENTS
 from .native_deps import _reads_off
-from .native_runtime import THREADS
+from .native_runtime import threads
 
 
 class ParallelNests:
@@ -68,7 +68,7 @@ class ParallelNests:
         of the nest's work (elements x (arrays read and written + flops per element), see
         ``work``) at least ``WORK_PER_THREAD`` (``LIBRARY_WORK_PER_THREAD`` in a function
         that calls BLAS, LAPACK or other libraries), and at least one outer iteration per thread,
-        for ``numba.config.NUMBA_NUM_THREADS`` threads (one: nothing is split; more: more work
+        for ``native_runtime.threads()`` threads (one: nothing is split; more: more work
         per nest). A parallel region costs waking the threads and a barrier, and a thread that
         another process or a spinning BLAS worker keeps off its CPU holds the barrier up: on the
         2-CPU machine measured, busy (load 9-10), nests of 40-100 us per thread in the time loops
@@ -87,7 +87,7 @@ class ParallelNests:
                 int(np.prod(sizes)) < self.PARALLEL_MIN:
             return False
         if self.threads != "on":
-            team = THREADS
+            team = threads()
             if team < 2 or sizes[0] < team or self.work(sizes, pairs) < self.threads * team:
                 return False
         for dst, _ in pairs:
