@@ -241,7 +241,7 @@ class Lowering(ParallelNests, Located):
         offered. Like a fresh ``np.empty``, its contents are undefined."""
         k = len(self.outputs)
         self.outputs.append((np.dtype(dtype).name, ndim, position))
-        return [f"{name} = _rt.fitted(_out[{k}], {shape}, False)"]
+        return [f"{name} = _rt.offered(_out[{k}], {shape})"]
 
     def materialise(self, e, ind, dtype=None):
         """A Read of a fresh temporary holding ``e`` (over its own shape)."""

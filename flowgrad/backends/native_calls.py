@@ -13,8 +13,9 @@ from .numpy import dtype_src
 
 
 def new_array(shape, dtype, zeros=False):
-    """Source allocating an array (``shape``: the source of a tuple); large ones get huge pages."""
-    return f"_rt.huge_pages(np.{'zeros' if zeros else 'empty'}({shape}, dtype={dtype_src(dtype)}))"
+    """Source allocating an array (``shape``: the source of a tuple), made afresh on every call: not
+    marked for huge pages (see ``native_runtime.huge_pages``)."""
+    return f"np.{'zeros' if zeros else 'empty'}({shape}, dtype={dtype_src(dtype)})"
 
 
 def _scalar_type(dt):

@@ -63,7 +63,13 @@ if _MADVISE is not None:
     def huge_pages(a):
         """``a``, its memory (not yet touched) marked for transparent huge pages when it is large,
         as NumPy does for its own allocations: paging in a fresh 32 MB array then costs a few
-        faults instead of eight thousand (measured 4 ms instead of 11.5 ms to fill one)."""
+        faults instead of eight thousand (measured 4 ms instead of 11.5 ms to fill one). Only for
+        buffers kept between calls (the workspace, tapes): where the kernel compacts memory at
+        such a fault (``/sys/kernel/mm/transparent_hugepage/defrag`` ``madvise``, a common
+        default) and memory is fragmented, a fault can wait milliseconds, which a buffer made
+        once pays once, but an array made on every call pays on every call (measured: bicg's
+        gradient, whose gradient arrays the caller still held, 55 ms instead of 11 after PyTorch
+        and JAX had run in the process)."""
         if a.nbytes >= _HUGE_MIN_BYTES and a.flags.c_contiguous:     # its own block of memory
             p = a.ctypes.data
             start = (p + 4095) & ~4095
@@ -123,6 +129,16 @@ def matmul_acc(a, b, out):
     scales = np.ones(2)
     _XXGEMM(ord("d"), ta, tb, m, r, k, scales.ctypes.data, b.ctypes.data, lda, a.ctypes.data, ldb,
             scales.ctypes.data + 8, out.ctypes.data, max(ldc, m))
+
+
+@_jit
+def offered(buf, shape):
+    """``buf`` when it has ``shape``, else a fresh array of that shape: for an array handed to the
+    caller, in the buffer the caller offers (one it returned before and no longer holds), which
+    may be new on every call, so not marked for huge pages (see ``huge_pages``)."""
+    if buf.shape == shape:
+        return buf
+    return np.empty(shape, dtype=buf.dtype)
 
 
 @_jit
