@@ -167,3 +167,37 @@ def test_generated_source_planted_in_the_cache_is_not_run(tmp_path):
     (cache / "program-signing.key").write_bytes(b"another key")
     first, passes_run, _, _, _ = _warm(tmp_path, cache)       # signed with another key: not taken
     assert passes_run > 0
+
+
+QUEUE_SCRIPT = '''
+import pickle, sys
+import numpy as np
+sys.path.insert(0, {folder!r})
+import tierkernel, flowgrad
+from flowgrad.backends import native_kernel
+native_kernel.COMPILES_AT_ONCE = 1
+u = np.linspace(0.0, 1.0, 64) ** 2
+g1 = flowgrad.grad(tierkernel.diffuse, wrt="u", backend="native")
+g2 = flowgrad.grad(tierkernel.diffuse, wrt="kappa", backend="native")
+first1, first2 = g1(u.copy(), 0.1, 30), g2(u.copy(), 0.1, 30)
+k1, k2 = (next(iter(g.cache.values())).kernel for g in (g1, g2))
+started = (k1.compiling is not None, k2.compiling is not None)   # the second waits for its turn
+g1.wait()
+g2(u.copy(), 0.1, 30)                                             # its turn: it starts compiling
+second = k2.compiling is not None
+g2.wait()
+native2 = g2(u.copy(), 0.1, 30)
+sys.stdout.buffer.write(pickle.dumps((started, second, k2.ready, first2, native2)))
+'''
+
+
+def test_compiling_processes_take_turns(tmp_path):
+    (tmp_path / "tierkernel.py").write_text(KERNEL)
+    env = dict(os.environ, FLOWGRAD_CACHE_DIR=str(tmp_path / "cache"), FLOWGRAD_TIERED="1")
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(QUEUE_SCRIPT.format(folder=str(tmp_path)))],
+                         capture_output=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    import pickle
+    started, second, ready, first2, native2 = pickle.loads(run.stdout)
+    assert started == (True, False) and second and ready
+    np.testing.assert_allclose(native2, first2, rtol=1e-12)     # the NumPy backend's first result

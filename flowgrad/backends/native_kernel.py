@@ -37,7 +37,19 @@ PROGRESS_AFTER = 2.0        # seconds of compiling in this process before a prog
 
 
 class Deferred(Exception):
-    """A call of a kernel whose machine code another process is still compiling."""
+    """A call of a kernel whose machine code another process is still compiling (or is waiting to
+    compile)."""
+
+
+def _usable_cpus():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# How many compiling processes may run at once: one per CPU this process may use. A program that
+# makes many transforms (a test suite, a sweep over functions) otherwise started one process for
+# each at its first call, all at once (40 on 2 CPUs, about 220 MB each, measured).
+COMPILES_AT_ONCE = max(1, _usable_cpus())
+_compilers = []     # the compiling processes this process started that may still run
 
 
 def tiered() -> bool:
@@ -98,7 +110,11 @@ class Kernel:
         marker = self._marker(types)
         cached = bool(marker) and os.path.exists(marker)
         if self.deferrable and self.source is not None and not cached:
+            _compilers[:] = [p for p in _compilers if p.poll() is None]
+            if len(_compilers) >= COMPILES_AT_ONCE:
+                raise Deferred(self.fn.__name__)        # the NumPy backend runs it; a later call starts it
             self.compiling = _compile_elsewhere(self.source, self.fn.__name__, types, marker)
+            _compilers.append(self.compiling)
             lines = self.source[0].count("\n")
             progress(f"compiling native code for {self.fn.__name__} ({lines} lines) in another process; the NumPy "
                      "backend runs the calls until it is ready")
@@ -191,7 +207,8 @@ class Kernel:
         return out
 
     def wait(self):
-        """Block until another process compiling this kernel has finished."""
+        """Block until another process compiling this kernel has finished (one still waiting for
+        its turn starts at a later call)."""
         if self.compiling is not None:
             self.compiling.wait()
 
