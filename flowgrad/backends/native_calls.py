@@ -236,7 +236,10 @@ def _lower_matmul(low, s, ind):
                  f"np.ascontiguousarray({sb})).reshape({low.shape_tuple(c.shape)})", ind)
         return
     if is_gram(a, b) and c.dtype == np.float64:
-        low.line(f"{c.name} = _rt.linalg.gram({sb})", ind)
+        if c.name in low.allocated_at_start:                  # its buffer stays the one it names
+            low.line(f"{c.name}[:, :] = _rt.linalg.gram({sb})", ind)
+        else:
+            low.line(f"{c.name} = _rt.linalg.gram({sb})", ind)
         return
     if len(a.shape) <= 2 and len(b.shape) <= 2:
         if c.ndim == 0:
