@@ -41,14 +41,15 @@ class Deferred(Exception):
     compile)."""
 
 
-def _usable_cpus():
+def usable_cpus():
+    """The CPUs this process may run on (its affinity: a container's share, ``taskset``)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 # How many compiling processes may run at once: one per CPU this process may use. A program that
 # makes many transforms (a test suite, a sweep over functions) otherwise started one process for
 # each at its first call, all at once (40 on 2 CPUs, about 220 MB each, measured).
-COMPILES_AT_ONCE = max(1, _usable_cpus())
+COMPILES_AT_ONCE = max(1, usable_cpus())
 _compilers = []     # the compiling processes this process started that may still run
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import native_fft as fft  # noqa: F401 (for generated code: _rt.fft.transform)
 from . import native_linalg as linalg  # noqa: F401 (for generated code: _rt.linalg.<name>)
+from .native_kernel import usable_cpus
 from .native_math import arctan2_64, arctan64, cos64, exp64, log64, sin64, tanh64  # noqa: F401 (for generated code)
 
 # Numba flags ``vector_math``'s object-mode block when a caller's compilation releases the GIL;
@@ -42,10 +43,7 @@ def threads():
     started without passive waiting) takes that CPU from the thread doing the work. Measured: a
     gradient with parallel nests, run on one CPU after PyTorch and JAX had run in the process,
     took 156 ms instead of 10."""
-    n = numba.config.NUMBA_NUM_THREADS
-    if hasattr(os, "sched_getaffinity"):
-        n = min(n, len(os.sched_getaffinity(0)))
-    return max(n, 1)
+    return max(1, min(numba.config.NUMBA_NUM_THREADS, usable_cpus()))
 
 PRANGE = {"prange": True, "comprehension": False, "numpy": False, "reduction": False, "setitem": False,
           "stencil": False, "fusion": False, "inplace_binop": False}

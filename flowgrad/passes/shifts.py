@@ -48,10 +48,6 @@ def _axes(call, ndim):
     return frozenset(a % ndim for a in (axis if isinstance(axis, tuple) else (axis,)))
 
 
-def _whole(e, c):
-    return isinstance(e, Read) and e.ref.container is c and e.ref.is_whole()
-
-
 def _cancels(block, k, writes, reads):
     """Whether the maximum ``block[k]`` makes is only a shift its uses cancel (``writes`` and
     ``reads``: how often the program writes and reads each container)."""
@@ -63,14 +59,15 @@ def _cancels(block, k, writes, reads):
     axes, keep = _axes(call, len(x.shape)), call.attrs.get("keepdims", False)
     shift = {m}               # the maximum and its copies
     scaled = set()            # e = exp(y - m): scaled by exp(-d) when m rises by d
-    sums = set()              # s = sum(e) over some of m's axes
+    logged = set()            # s = sum(e) over all of m's axes, shaped as m: m + log(s) cancels
+    divisors = set()          # s = sum(e) lined up with the values it divides: e / s cancels
     seen = {m}                # everything the proof tracks: each defined once, here, before its uses
     uses = []                 # statements reading what is tracked
     for s in block[k + 1:]:
-        tracked = [r for r in stmt_reads(s) if r.ref.container in seen]
+        reading = [r for r in stmt_reads(s) if r.ref.container in seen]
         if any(r.ref.container in seen for b in child_blocks(s) for t in walk(b) for r in stmt_reads(t)):
             return False      # read in a nested block: its order against the definitions is unclear
-        if not tracked:
+        if not reading:
             continue
         if isinstance(s, Assign) and not s.accumulate and s.dst.is_whole() and writes.get(s.dst.container) == 1:
             c, e = s.dst.container, s.expr
@@ -86,12 +83,11 @@ def _cancels(block, k, writes, reads):
                 (_whole_of(s.inputs[0], scaled) or _is_shift(s.inputs[0], shift)) and \
                 _axes(s, len(s.inputs[0].shape)) <= axes:
             c = s.outputs[0]
-            sums.add(c)
             seen.add(c)
             if _axes(s, len(s.inputs[0].shape)) == axes and s.attrs.get("keepdims", False) == keep:
-                sums.add(("log", c))
+                logged.add(c)
             if s.attrs.get("keepdims", False) or not m.shape:
-                sums.add(("ratio", c))    # lined up with the values it divides
+                divisors.add(c)
             continue
         uses.append(s)
     local = {}
@@ -108,7 +104,7 @@ def _cancels(block, k, writes, reads):
             return False
         if isinstance(s, Assign) and s.accumulate and s.dst.container in seen:
             return False
-        if not all(_invariant(e, shift, scaled, sums) for e in exprs):
+        if not all(_invariant(e, seen, shift, scaled, logged, divisors) for e in exprs):
             return False
     return True
 
@@ -125,21 +121,19 @@ def _is_shift(e, shift):
     return _whole_of(m, shift) and not any(r.ref.container in shift for r in iter_reads(y))
 
 
-def _invariant(e, shift, scaled, sums):
-    """Whether expression ``e`` reads the tracked values only as ``e / s`` and ``m + log(s)``."""
-    tracked = shift | scaled | {c for c in sums if not isinstance(c, tuple)}
+def _invariant(e, tracked, shift, scaled, logged, divisors):
+    """Whether expression ``e`` reads the ``tracked`` values only as ``e / s`` and ``m + log(s)``."""
     if not any(r.ref.container in tracked for r in iter_reads(e)):
         return True
     if isinstance(e, Op) and e.name == "divide" and (_whole_of(e.args[0], scaled) or _is_shift(e.args[0], shift)) and \
-            _whole_of(e.args[1], {c[1] for c in sums if isinstance(c, tuple) and c[0] == "ratio"}):
+            _whole_of(e.args[1], divisors):
         return True
     if isinstance(e, Op) and e.name == "add":
         for a, b in (e.args, e.args[::-1]):
-            if _whole_of(a, shift) and isinstance(b, Op) and b.name == "log" and \
-                    _whole_of(b.args[0], {c[1] for c in sums if isinstance(c, tuple) and c[0] == "log"}):
+            if _whole_of(a, shift) and isinstance(b, Op) and b.name == "log" and _whole_of(b.args[0], logged):
                 return True
     if isinstance(e, Op):
-        return all(_invariant(a, shift, scaled, sums) for a in e.args)
+        return all(_invariant(a, tracked, shift, scaled, logged, divisors) for a in e.args)
     return False
 
 
