@@ -8,8 +8,9 @@ its pass lives in, so ``FLOWGRAD_DUMP=<name>`` (a comma-separated list) prints t
 before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new capture's IR.
 
     CAPTURED  every mode, on the captured body: refuse complex calls without rules, size checks,
-              fusion of temporaries, dead code, late gathers, softmax shifts as constants, loops of
-              products summed by matrix products, loops' matrix products taken out of them
+              fusion of temporaries, dead code, solves by Cholesky factors made triangular, late
+              gathers, softmax shifts as constants, loops of products summed by matrix products,
+              loops' matrix products taken out of them
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
               iteration), hoisted factorisations, native gathers and packing, view bounds
     REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
@@ -44,6 +45,7 @@ from .passes.outer import defer_outer_products
 from .passes.pack import pack_strided_views
 from .passes.shifts import constant_shifts
 from .passes.take import fuse_gathers
+from .passes.triangular import triangular_solves
 
 
 class Unit:
@@ -96,6 +98,7 @@ CAPTURED = [
     Step("fuse", "body", lambda b, u: split_kept(b, u.kept, u.containers, u.namer)),
     Step("fuse", "body", lambda b, u: fuse_temporaries(b, protected=u.outputs, kept_ops=u.kept)),
     Step("dce", "body", lambda b, u: eliminate_dead(b, set(u.outputs))[0]),
+    Step("triangular", "body", lambda b, u: triangular_solves(b)),
     Step("late", "body", lambda b, u: gather_after_products(b, u.containers, u.namer)),
     Step("shifts", "body", lambda b, u: constant_shifts(b)),
     Step("contract", "body", lambda b, u: contract_product_loops(b, u.containers, u.namer)),

@@ -701,7 +701,8 @@ def test_the_cholesky_adjoint_uses_triangular_solves(backend):
     args = (rng.uniform(-1, 1, (6, 2)), rng.uniform(-1, 1, 6), 0.8)
     check_grad(gaussian_likelihood, args, ("X", "y", "ell"), backend=backend)
     backward = flowgrad.grad(gaussian_likelihood, wrt=("X", "y", "ell"), backend=backend).ir(*args).split("# backward")[1]
-    assert backward.count("solve_triangular(") == 2 and "lu_factor(" not in backward, backward
+    # two in the Cholesky adjoint, one for the adjoint of ``solve(L, y)`` (see ``triangular``)
+    assert backward.count("solve_triangular(") == 3 and "lu_factor(" not in backward, backward
 
 
 def triangular_rows(data, w):
@@ -902,3 +903,65 @@ def test_a_shift_its_uses_do_not_cancel_keeps_its_derivative(fn, shape, backend)
     check_grad(fn, args, ("x",) if "x" in fn.__code__.co_varnames[:1] else ("X",), backend=backend)
     forward = flowgrad.grad(fn, wrt=(fn.__code__.co_varnames[0],), backend=backend).ir(*args).split("# backward")[0]
     assert "max_const(" not in forward, forward
+
+
+# ---------------------------------------------------------------- solves by a Cholesky factor (triangular)
+
+
+def _kernel_matrix(X, ell):
+    return np.exp(-np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=2) / ell) + 0.5 * np.eye(X.shape[0])
+
+
+def gp_two_solves(X, y, ell):
+    L = np.linalg.cholesky(_kernel_matrix(X, ell))
+    alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))      # K^-1 y, the second by the transpose
+    return y @ alpha + 2.0 * np.sum(np.log(np.diag(L)))
+
+
+def gp_columns(X, Y, ell):
+    L = np.linalg.cholesky(_kernel_matrix(X, ell))
+    return np.sum(np.linalg.solve(L, Y) ** 2)
+
+
+def factors_in_a_loop(A, y, n):
+    x = y
+    for t in range(n):                 # every value L takes is a factor
+        L = np.linalg.cholesky(A @ A.T + (1.0 + t) * np.eye(A.shape[0]))
+        x = np.tanh(np.linalg.solve(L, x))
+    return np.sum(x * x)
+
+
+@pytest.mark.parametrize("fn, make, wrt, triangular", [
+    (gp_two_solves, lambda r: (r.uniform(-1, 1, (7, 2)), r.uniform(-1, 1, 7), 0.8), ("X", "y", "ell"), 2),
+    (gp_columns, lambda r: (r.uniform(-1, 1, (6, 2)), r.uniform(-1, 1, (6, 3)), 0.6), ("X", "Y", "ell"), 1),
+    (factors_in_a_loop, lambda r: (r.uniform(-1, 1, (5, 5)), r.uniform(-1, 1, 5), 3), ("A", "y"), 1),
+])
+def test_solves_by_a_cholesky_factor_are_triangular(fn, make, wrt, triangular, backend):
+    args = make(np.random.default_rng(14))
+    check_forward(fn, args, backend)
+    check_grad(fn, args, wrt, backend=backend)
+    forward = flowgrad.jit(fn, backend=backend).ir(*args)
+    assert forward.count("solve_triangular(") == triangular and " solve(" not in forward, forward
+    assert "trans=1" in forward if fn is gp_two_solves else "trans=1" not in forward, forward
+
+
+def factor_changed(X, y, ell):
+    L = np.linalg.cholesky(_kernel_matrix(X, ell))
+    L[0, -1] = 0.3                     # no longer triangular: the general solve stays
+    return np.sum(np.linalg.solve(L, y) ** 2)
+
+
+def any_matrix(A, y):
+    L = np.tril(A) + 3.0 * np.eye(A.shape[0])         # triangular, but not a factor
+    return np.sum(np.linalg.solve(L, y) ** 2) + np.sum(np.linalg.solve(A, y))
+
+
+@pytest.mark.parametrize("fn, make, wrt", [
+    (factor_changed, lambda r: (r.uniform(-1, 1, (6, 2)), r.uniform(-1, 1, 6), 0.8), ("X", "y", "ell")),
+    (any_matrix, lambda r: (r.uniform(-1, 1, (5, 5)) + 4.0 * np.eye(5), r.uniform(-1, 1, 5)), ("A", "y")),
+])
+def test_other_solves_stay_general(fn, make, wrt, backend):
+    args = make(np.random.default_rng(15))
+    check_forward(fn, args, backend)
+    check_grad(fn, args, wrt, backend=backend)
+    assert "solve_triangular(" not in flowgrad.jit(fn, backend=backend).ir(*args)
