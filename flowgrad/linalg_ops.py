@@ -486,6 +486,19 @@ def _jvp_qr_vjp(ctx, call, touts):
     return _derived(ctx, f, [res], touts)
 
 
+def _cholesky_vjp_formula(ctx, call, out=None):
+    """``cholesky_vjp`` in primitives (``rules.cholesky_adjoint``), written into ``out`` (default:
+    the call's output)."""
+    stmts, value = rules.cholesky_adjoint(ctx, *call.inputs)
+    return stmts + [Assign(Ref(call.outputs[0] if out is None else out), value)]
+
+
+def _jvp_cholesky_vjp(ctx, call, touts):
+    """The blocked adjoint of cholesky, differentiated as the formula it computes."""
+    res = ctx.temp(call.outputs[0].shape, np.float64, "cvr")
+    return _derived(ctx, _cholesky_vjp_formula(ctx, call, res), [res], touts)
+
+
 def _jvp_lstsq_vjp(ctx, call, touts):
     """The adjoint of lstsq (``backends.linalg_runtime.lstsq_vjp``), differentiated."""
     a, b, x = call.inputs[:3]
@@ -557,6 +570,10 @@ LINALG_CALLS = {
         lambda i, a: f"_rt.linalg.lstsq_vjp({', '.join(_args(i[:-1], _flags(a), 3))}, {i[-1]})",
         jvp=_jvp_lstsq_vjp, adjoint_of="lstsq", flops=lambda c, size: 48 * _cube(c, size),
         doc="adjoint of lstsq (derivative of the pseudo-inverse, Golub and Pereyra 1973)"),
+    "cholesky_vjp": rules.CallRule(
+        lambda i, a: f"_rt.linalg.cholesky_vjp({i[0]}, {i[1]})", jvp=_jvp_cholesky_vjp, adjoint_of="cholesky",
+        formula=_cholesky_vjp_formula, flops=lambda c, size: _cube(c, size) * 2 // 3,
+        doc="adjoint of cholesky, blocked (Murray 2016)"),
     "solve_triangular": rules.CallRule(
         lambda i, a: f"_rt.linalg.solve_triangular({i[0]}, {i[1]}, {a['lower']}, {a['trans']}, {a['unit']})",
         _vjp_solve_triangular, jvp=_jvp_solve_triangular,
@@ -612,8 +629,14 @@ def _lower_solve_triangular(low, s, ind):
              f"{s.attrs['trans']}, {s.attrs['unit']})", ind)
 
 
+def _lower_cholesky_vjp(low, s, ind):
+    lt, g = (_operand(low, e, ind) for e in s.inputs)
+    low.line(f"{s.outputs[0].name} = _rt.linalg.cholesky_vjp({lt}, {g})", ind)
+
+
 LINALG_LOWERING = {
     "eigh": _lower_eigh, "svd": _lower_factors("svd"), "qr": _lower_factors("qr"), "lstsq": _lower_lstsq,
     "eigh_vjp": _lower_vjp("eigh", 2, ("lower",)), "svd_vjp": _lower_vjp("svd", 3), "qr_vjp": _lower_vjp("qr", 2),
     "lstsq_vjp": _lower_vjp("lstsq", 3, (-1,)), "solve_triangular": _lower_solve_triangular,
+    "cholesky_vjp": _lower_cholesky_vjp,
 }

@@ -696,13 +696,53 @@ def gaussian_likelihood(X, y, ell):
     return np.sum(alpha * alpha) + np.sum(np.log(np.diag(L)))
 
 
-def test_the_cholesky_adjoint_uses_triangular_solves(backend):
+@pytest.mark.parametrize("n", [6, 150])          # 150: three blocks of the blocked adjoint
+def test_the_cholesky_adjoint_is_blocked(n, backend):
     rng = np.random.default_rng(10)
-    args = (rng.uniform(-1, 1, (6, 2)), rng.uniform(-1, 1, 6), 0.8)
+    args = (rng.uniform(-1, 1, (n, 2)), rng.uniform(-1, 1, n), 0.8)
     check_grad(gaussian_likelihood, args, ("X", "y", "ell"), backend=backend)
     backward = flowgrad.grad(gaussian_likelihood, wrt=("X", "y", "ell"), backend=backend).ir(*args).split("# backward")[1]
-    # two in the Cholesky adjoint, one for the adjoint of ``solve(L, y)`` (see ``triangular``)
-    assert backward.count("solve_triangular(") == 3 and "lu_factor(" not in backward, backward
+    # the Cholesky adjoint in one call; the adjoint of ``solve(L, y)`` a triangular solve (``triangular``)
+    assert "cholesky_vjp(" in backward and backward.count("solve_triangular(") == 1, backward
+    assert "lu_factor(" not in backward, backward
+
+
+def test_the_blocked_cholesky_adjoint_is_the_formula():
+    """``cholesky_vjp`` (Murray's blocked reverse mode) against the formula on whole matrices,
+    for orders below, at and across the block size, NumPy's and the compiled one."""
+    from flowgrad.backends import linalg_runtime, native_linalg
+    runtimes = [linalg_runtime, native_linalg]
+    rng = np.random.default_rng(16)
+    block = linalg_runtime.CHOLESKY_BLOCK
+    for n in (0, 1, 5, block, block + 1, 2 * block + 7):
+        b = rng.standard_normal((n, n))
+        low = np.linalg.cholesky(b @ b.T + n * np.eye(n))
+        g = rng.standard_normal((n, n))
+        want = linalg_runtime._cholesky_block_vjp(low, np.tril(g))
+        for runtime in runtimes:
+            got = runtime.cholesky_vjp(low, g)            # the upper triangle of g is not read
+            scale = np.abs(want).max(initial=1.0)
+            assert got.shape == (n, n) and np.allclose(got, want, rtol=1e-12, atol=1e-12 * scale), (n, runtime)
+            assert not np.triu(got, 1).any()
+
+
+def hyper_gradient_norm(X, y, ell):
+    g = flowgrad.grad(gaussian_likelihood, wrt=("X", "y", "ell"))(X, y, ell)
+    return np.sum(g[0] * g[0]) + g[2] * g[2]
+
+
+def test_second_derivatives_through_the_blocked_cholesky_adjoint(backend):
+    """Reverse over reverse differentiates the formula ``cholesky_vjp`` computes; forward over
+    reverse its tangent: a Hessian-vector product against differences of the gradient."""
+    rng = np.random.default_rng(17)
+    args = (rng.uniform(-1, 1, (5, 2)), rng.uniform(-1, 1, 5), 0.8)
+    check_grad(hyper_gradient_norm, args, ("X", "ell"), backend=backend)
+    v = rng.uniform(-1, 1, (5, 2))
+    hv = flowgrad.hvp(gaussian_likelihood, args, (v, None, None), wrt="X", backend=backend)
+    grad = flowgrad.grad(gaussian_likelihood, wrt="X", backend="numpy")
+    eps = 1e-6
+    fd = (grad(args[0] + eps * v, *args[1:]) - grad(args[0] - eps * v, *args[1:])) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
 
 
 def triangular_rows(data, w):

@@ -20,7 +20,7 @@ from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, 
 from ..checkpoint import loops as loop_ckpt
 from ..ir.elements import ELEMENTS
 from ..checkpoint.schedules import STORE_ALL
-from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE
+from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE, expand_formulas
 
 
 # ---------------------------------------------------------------- activity
@@ -785,8 +785,9 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     keeping it on a tape (``_inverse``; not inside a checkpointed loop).
     """
     # each statement once: restores and the pushes they place are keyed by statement identity
-    prog = Program(prog.name, prog.params, _record_conditions(distinct(prog.body), namer, prog.containers),
-                   prog.results, prog.containers)
+    body = expand_formulas(distinct(prog.body), namer, prog.containers)
+    prog = Program(prog.name, prog.params, _record_conditions(body, namer, prog.containers), prog.results,
+                   prog.containers)
     result = prog.results[0]
     b = ReverseBuilder(prog, wrt, result, namer)
     backward = b.reverse_block(prog.body, 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import ELEMENTWISE, Assign, Call, Const, NewAxis, Read, Ref, Slice, op, same_ref
+from ..ir.core import ELEMENTWISE, Assign, Call, Const, Container, NewAxis, Read, Ref, Slice, map_blocks, op, same_ref
 from ..ir.elements import ELEMENTS
 
 # ------------------------------------------------------------- elementwise partials
@@ -48,12 +48,15 @@ class CallRule:
     iteration, ``flowgrad.implicit``), which differentiation takes as one operation with its own
     rules; after differentiation the pipelines put the statements in its place (``passes.expand``),
     so no backend lowers the call itself.
+    formula(ctx, call) -> statements: for an adjoint call a faster routine computes, its value in
+    primitives (writing ``call.outputs``), which reverse mode differentiates in its place
+    (``expand_formulas``: reverse over reverse) where the call has no adjoint of its own.
     """
 
     def __init__(self, numpy, vjp=None, flops=None, inplace=False, doc="", complex=False, jvp=None, exempt="",
-                 adjoint_of=None, expand=None):
+                 adjoint_of=None, expand=None, formula=None):
         self.numpy, self.vjp, self.inplace, self.doc, self.complex = numpy, vjp, inplace, doc, complex
-        self.jvp, self.exempt, self.adjoint_of, self.expand = jvp, exempt, adjoint_of, expand
+        self.jvp, self.exempt, self.adjoint_of, self.expand, self.formula = jvp, exempt, adjoint_of, expand, formula
         self.flops = flops or (lambda call, size: size(call.outputs[0].shape))
 
 
@@ -229,25 +232,35 @@ def _vjp_slogdet(ctx, call, gouts):
     return [] if g is None else _inverse_transpose(ctx, a, Read(Ref(g, ())))
 
 
-def _vjp_cholesky(ctx, call, gouts):
-    """For ``L = cholesky(A)`` (A's lower triangle read): with ``P = Phi(L^T gL)`` (the lower
-    triangle, diagonal halved) and ``S = L^-T P L^-1``, the symmetric adjoint is ``(S + S^T) / 2``;
-    the lower triangle stands for both halves, so it gets ``S + S^T`` below the diagonal, ``S`` on
-    it, and the upper triangle nothing (Murray, 2016, "Differentiation of the Cholesky
-    decomposition")."""
-    (a,), (g,) = call.inputs, gouts
-    lt = Read(Ref(call.outputs[0]))
-    shape, dt = call.outputs[0].shape, call.outputs[0].dtype
-    make, eye = _identity(ctx, a)
+def cholesky_adjoint(ctx, lt, g):
+    """``(statements, value)``: the adjoint the lower triangle of ``A`` receives from ``L =
+    cholesky(A)`` (``lt`` and ``g``: Reads of L and its adjoint), in primitives. With ``P =
+    Phi(L^T gL)`` (the lower triangle, diagonal halved) and ``S = L^-T P L^-1``, the symmetric
+    adjoint is ``(S + S^T) / 2``; the lower triangle stands for both halves, so it gets ``S + S^T``
+    below the diagonal, ``S`` on it, and the upper triangle nothing (Murray, 2016,
+    "Differentiation of the Cholesky decomposition")."""
+    shape, dt = lt.shape, lt.dtype
+    make, eye = _identity(ctx, lt)
     m, low, p, x, st, both, tri = (ctx.temp(shape, dt, h) for h in ("chm", "chl", "chp", "chx", "chs", "chb", "cht"))
-    stmts = [make, Call("matmul", [_swap_last(lt), Read(Ref(g))], [m]),
+    stmts = [make, Call("matmul", [_swap_last(lt), g], [m]),
              Call("tril", [Read(Ref(m))], [low], {"k": 0}),
              Assign(Ref(p), Read(Ref(low)) - 0.5 * Read(Ref(m)) * eye),
              _solve_upper(lt, Read(Ref(p)), x),
              _solve_upper(lt, _swap_last(Read(Ref(x))), st),                            # S^T
              Assign(Ref(both), Read(Ref(st)) + _swap_last(Read(Ref(st)))),
              Call("tril", [Read(Ref(both))], [tri], {"k": 0})]
-    return stmts + ctx.accumulate(a, Read(Ref(tri)) - Read(Ref(st)) * eye)
+    return stmts, Read(Ref(tri)) - Read(Ref(st)) * eye
+
+
+def _vjp_cholesky(ctx, call, gouts):
+    """The adjoint of ``cholesky_adjoint``; for one float64 matrix computed by the blocked
+    reverse mode (``cholesky_vjp``, ``linalg_ops``), about a sixth of the formula's work."""
+    (a,), (g,) = call.inputs, gouts
+    lt = Read(Ref(call.outputs[0]))
+    if len(a.shape) == 2 and a.dtype == np.float64 and g.dtype == np.float64:
+        return ctx.via_temp(a, "cholesky_vjp", [lt, Read(Ref(g))])
+    stmts, value = cholesky_adjoint(ctx, lt, Read(Ref(g)))
+    return stmts + ctx.accumulate(a, value)
 
 
 def _solve_upper(lt, b, out):
@@ -742,3 +755,34 @@ def coverage() -> str:
 
 __all__ = ["PARTIALS", "is_gram", "ZERO_DERIVATIVE", "NO_PARTIALS", "CALLS", "CallRule", "coverage", "missing_rules",
            "jvp_linear", "jvp_zero"]
+
+
+class _Temporaries:
+    """What a ``CallRule.formula`` needs of a differentiation context: temporaries, added to
+    ``containers``."""
+
+    def __init__(self, namer, containers):
+        self.namer, self.containers = namer, containers
+
+    def temp(self, shape, dtype, hint="t"):
+        c = Container(self.namer(hint), dtype, shape, "transient")
+        self.containers[c.name] = c
+        return c
+
+
+def expand_formulas(stmts, namer, containers):
+    """``stmts`` with each call that has no adjoint of its own but a formula in primitives
+    (``CallRule.formula``: an adjoint a faster routine computes) replaced by that formula, so that
+    reverse mode differentiates it (reverse over reverse); ``containers`` gains its temporaries."""
+    ctx = _Temporaries(namer, containers)
+
+    def visit(block):
+        out = []
+        for s in block:
+            rule = CALLS.get(s.op) if isinstance(s, Call) else None
+            if rule is not None and rule.vjp is None and rule.formula is not None:
+                out += rule.formula(ctx, s)
+            else:
+                out.append(map_blocks(s, visit))
+        return out
+    return visit(stmts)

@@ -1,6 +1,7 @@
 """Numba-compiled linear algebra for the native backend's generated code (``_rt.linalg.<name>``):
 ``eigh`` for either triangle, the triangular solve, the Gram matrix, least squares with NumPy's default cut-off,
-and the adjoints of ``linalg_runtime`` compiled from the same source.
+and the adjoints of ``linalg_runtime`` compiled from the same source (their triangular solves this
+module's).
 
 Numba's own ``np.linalg.eigh`` reads the lower triangle only; NumPy's with ``UPLO='U'`` calls
 LAPACK's syevd on the upper one, whose eigenvectors may differ in sign from those of the mirrored
@@ -117,6 +118,13 @@ def qr(a):
     return np.ascontiguousarray(q), np.ascontiguousarray(r)
 
 
+@numba.extending.overload(_numpy.solve_triangular)
+def _compiled_solve_triangular(a, b, lower, trans, unit):
+    """The adjoints of ``linalg_runtime`` solve with SciPy's function there, with ``dtrsm`` here."""
+    return lambda a, b, lower, trans, unit: solve_triangular(a, b, lower, trans, unit)
+
+
+cholesky_vjp = _jit(_numpy.cholesky_vjp)
 eigh_vjp = _jit(_numpy.eigh_vjp)
 svd_vjp = _jit(_numpy.svd_vjp)
 qr_vjp = _jit(_numpy.qr_vjp)
