@@ -1005,3 +1005,42 @@ def test_other_solves_stay_general(fn, make, wrt, backend):
     check_forward(fn, args, backend)
     check_grad(fn, args, wrt, backend=backend)
     assert "solve_triangular(" not in flowgrad.jit(fn, backend=backend).ir(*args)
+
+
+# ---------------------------------------------------------------- products read transposed (transposes)
+
+
+def rank_two_update(A, B, C):
+    P = A @ B.T
+    Q = B @ A.T                      # P transposed
+    return np.sum(np.tril(C + P + Q) ** 2)
+
+
+def rank_two_rows(alpha, C, A, B):
+    n, m = A.shape
+    for i in range(n):               # syr2k: the loops become the two products, the second P.T
+        for k in range(m):
+            C[i, :i + 1] += A[:i + 1, k] * alpha * B[i, k] + B[:i + 1, k] * alpha * A[i, k]
+    return np.sum(np.tril(C) ** 2)
+
+
+def changed_between(A, B):
+    P = A @ B.T
+    B[0, :] = 1.0                    # B changed: the second product is computed
+    return np.sum(P * (B @ A.T))
+
+
+@pytest.mark.parametrize("fn, make, wrt, products", [
+    (rank_two_update, lambda r: (r.uniform(-1, 1, (7, 5)), r.uniform(-1, 1, (7, 5)), r.uniform(-1, 1, (7, 7))),
+     ("A", "B", "C"), 1),
+    (rank_two_rows,
+     lambda r: (1.3, r.uniform(-1, 1, (40, 40)), r.uniform(-1, 1, (40, 30)), r.uniform(-1, 1, (40, 30))),
+     ("alpha", "C", "A", "B"), 1),
+    (changed_between, lambda r: (r.uniform(-1, 1, (6, 4)), r.uniform(-1, 1, (6, 4))), ("A",), 2),
+])
+def test_a_product_transposing_another_reads_it(fn, make, wrt, products, backend):
+    args = make(np.random.default_rng(18))
+    check_forward(fn, args, backend)
+    check_grad(fn, args, wrt, backend=backend)
+    forward = flowgrad.jit(fn, backend=backend).ir(*args)
+    assert forward.count("matmul(") == products, forward
