@@ -28,7 +28,7 @@ def triangular_solves(stmts):
             writers.setdefault(w.container, []).append(s)
     factors = {c for c, ws in writers.items()
                if all(isinstance(s, Call) and s.op == "cholesky" and s.outputs[0] is c for s in ws)
-               and c.ndim == 2 and c.dtype == np.float64}
+               and c.kind == "transient" and c.ndim == 2 and c.dtype == np.float64}
     return _rewrite(stmts, factors) if factors else stmts
 
 
