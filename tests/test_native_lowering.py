@@ -721,11 +721,8 @@ def test_a_whole_matrix_goes_to_and_from_the_tape_as_one_flat_copy():
     args = (rng.standard_normal((6, 4)), rng.standard_normal((4, 4)) * 0.5)
     check_grad(matrix_steps, args, ("h", "W"), backend=native)
     src = flowgrad.grad(matrix_steps, wrt=("h", "W"), backend=native).source(*args)
-    # one loop over its elements each way, the tape indexed by an unsigned position (so it vectorises)
-    pushes = re.findall(r"for (_k\d+) in range\(6 \* 4\):\n +(tape_\w+)\[np\.uint64\(\2_top \+ \1\)\] = "
-                        r"_flat\d+\[\1\]$", src, re.M)
-    pops = re.findall(r"for (_k\d+) in range\(6 \* 4\):\n +_flat\d+\[\1\] = "
-                      r"tape_\w+\[np\.uint64\(_p\d+ \+ \1\)\]$", src, re.M)
+    pushes = re.findall(r"^ +(tape_\w+)\[\1_top:\1_top \+ 6 \* 4\] = (_flat\d+)$", src, re.M)
+    pops = re.findall(r"^ +(_flat\d+)\[:\] = (tape_\w+)\[(_p\d+):\3 \+ 6 \* 4\]$", src, re.M)
     assert pushes and pops, src
 
 
