@@ -253,8 +253,8 @@ def cholesky_adjoint(ctx, lt, g):
 
 
 def _vjp_cholesky(ctx, call, gouts):
-    """The adjoint of ``cholesky_adjoint``; for one float64 matrix computed by the blocked
-    reverse mode (``cholesky_vjp``, ``linalg_ops``), about a sixth of the formula's work."""
+    """The adjoint of cholesky (``cholesky_adjoint``); for one float64 matrix computed by the
+    blocked reverse mode (``cholesky_vjp``, ``linalg_ops``), about a sixth of the formula's work."""
     (a,), (g,) = call.inputs, gouts
     lt = Read(Ref(call.outputs[0]))
     if len(a.shape) == 2 and a.dtype == np.float64 and g.dtype == np.float64:
@@ -753,10 +753,6 @@ def coverage() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PARTIALS", "is_gram", "ZERO_DERIVATIVE", "NO_PARTIALS", "CALLS", "CallRule", "coverage", "missing_rules",
-           "jvp_linear", "jvp_zero"]
-
-
 class _Temporaries:
     """What a ``CallRule.formula`` needs of a differentiation context: temporaries, added to
     ``containers``."""
@@ -786,3 +782,7 @@ def expand_formulas(stmts, namer, containers):
                 out.append(map_blocks(s, visit))
         return out
     return visit(stmts)
+
+
+__all__ = ["PARTIALS", "is_gram", "ZERO_DERIVATIVE", "NO_PARTIALS", "CALLS", "CallRule", "coverage", "missing_rules",
+           "jvp_linear", "jvp_zero", "cholesky_adjoint", "expand_formulas"]
