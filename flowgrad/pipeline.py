@@ -10,7 +10,8 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
     CAPTURED  every mode, on the captured body: refuse complex calls without rules, size checks,
               fusion of temporaries, dead code, solves by Cholesky factors made triangular, late
               gathers, softmax shifts as constants, loops of products summed by matrix products,
-              loops' matrix products taken out of them, products read transposed from another
+              loops' matrix products taken out of them, products read transposed (from another one,
+              a Gram matrix's columns as its rows)
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
               iteration), hoisted factorisations, native gathers and packing, view bounds
     REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
@@ -45,7 +46,7 @@ from .passes.outer import defer_outer_products
 from .passes.pack import pack_strided_views
 from .passes.shifts import constant_shifts
 from .passes.take import fuse_gathers
-from .passes.transposes import share_transposed_products
+from .passes.transposes import read_gram_rows, share_transposed_products
 from .passes.triangular import triangular_solves
 
 
@@ -105,6 +106,7 @@ CAPTURED = [
     Step("contract", "body", lambda b, u: contract_product_loops(b, u.containers, u.namer)),
     Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
     Step("transposes", "body", lambda b, u: share_transposed_products(b)),
+    Step("transposes", "body", lambda b, u: read_gram_rows(b)),
 ]
 
 FORWARD = [

@@ -1044,3 +1044,34 @@ def test_a_product_transposing_another_reads_it(fn, make, wrt, products, backend
     check_grad(fn, args, wrt, backend=backend)
     forward = flowgrad.jit(fn, backend=backend).ir(*args)
     assert forward.count("matmul(") == products, forward
+
+
+def rank_k_rows(alpha, beta, C, A):
+    n, m = A.shape
+    for i in range(n):               # syrk: the loop over k becomes the Gram matrix A A^T
+        C[i, :i + 1] *= beta
+        for k in range(m):
+            C[i, :i + 1] += alpha * A[i, k] * A[:i + 1, k]
+    return np.sum(np.tril(C) ** 2)
+
+
+def gram_changed(A, w):
+    G = A.T @ A
+    G = G * w                         # no longer symmetric: its columns stay columns
+    total = 0.0
+    for i in range(G.shape[0]):
+        total = total + np.sum(G[:i + 1, i] ** 2)
+    return total
+
+
+@pytest.mark.parametrize("fn, make, wrt, rows", [
+    (rank_k_rows, lambda r: (1.3, 0.7, r.uniform(-1, 1, (40, 40)), r.uniform(-1, 1, (40, 30))),
+     ("alpha", "beta", "C", "A"), True),
+    (gram_changed, lambda r: (r.uniform(-1, 1, (8, 6)), r.uniform(0.5, 1.5, (6, 6))), ("A", "w"), False),
+])
+def test_a_gram_matrix_is_read_by_rows(fn, make, wrt, rows, backend):
+    args = make(np.random.default_rng(19))
+    check_forward(fn, args, backend)
+    check_grad(fn, args, wrt, backend=backend)
+    forward = flowgrad.jit(fn, backend=backend).ir(*args)
+    assert bool(re.search(r"\w+\[i, 0:\+", forward)) == rows, forward

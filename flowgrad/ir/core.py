@@ -883,6 +883,21 @@ def rename_expr(e, mapping):
     return _Renamer(mapping).expr(e)
 
 
+class _RefMapper(_Renamer):
+    def __init__(self, fn):
+        super().__init__({})
+        self.fn = fn
+
+    def ref(self, r):
+        return self.fn(super().ref(r))
+
+
+def map_refs(stmts, fn):
+    """``stmts`` rebuilt with every Ref they read or write (index expressions' reads included)
+    replaced by ``fn(ref)``; calls as in ``rename``."""
+    return _RefMapper(fn).block(stmts)
+
+
 def stmt_containers(s):
     """Containers a simple statement reads or writes: tapes it pushes or pops, and the
     containers the shapes of what it touches read."""
