@@ -716,6 +716,16 @@ def walk(stmts):
             yield from walk(body)
 
 
+def written_only_by(stmts, pred):
+    """The containers every write of which in ``stmts`` (nested blocks included) is a statement
+    ``s`` with ``pred(s, container)`` true."""
+    writers = {}
+    for s in walk(stmts):
+        for w in stmt_writes(s):
+            writers.setdefault(w.container, []).append(s)
+    return {c for c, ws in writers.items() if all(pred(s, c) for s in ws)}
+
+
 def map_blocks(s, fn):
     """``s`` rebuilt with ``fn`` applied to each of its nested statement lists (``s`` itself if it
     has none)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..autodiff.rules import _swap_last, is_gram
 from ..ir.core import (Assign, Call, Index, Read, Ref, Slice, child_blocks, map_blocks, map_refs, same_expr,
-                       stmt_writes, walk)
+                       stmt_writes, walk, written_only_by)
 
 
 def share_transposed_products(stmts):
@@ -60,12 +60,8 @@ def _unchanged(between, p):
 
 def read_gram_rows(stmts):
     """``stmts`` with reads of a Gram matrix's columns made reads of its rows (see the module)."""
-    writers = {}
-    for s in walk(stmts):
-        for w in stmt_writes(s):
-            writers.setdefault(w.container, []).append(s)
-    grams = {c for c, ws in writers.items() if c.ndim == 2 and all(
-        isinstance(s, Call) and s.op == "matmul" and s.outputs[0] is c and is_gram(*s.inputs) for s in ws)}
+    grams = {c for c in written_only_by(stmts, lambda s, c: isinstance(s, Call) and s.op == "matmul" and
+                                        s.outputs[0] is c and is_gram(*s.inputs)) if c.ndim == 2}
     if not grams:
         return stmts
     try:

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import Call, Read, Ref, map_blocks, stmt_writes, walk
+from ..ir.core import Call, Read, Ref, map_blocks, written_only_by
 
 
 def triangular_solves(stmts):
     """``stmts`` with the general solves by a Cholesky factor made triangular (see the module)."""
-    writers = {}
-    for s in walk(stmts):
-        for w in stmt_writes(s):
-            writers.setdefault(w.container, []).append(s)
-    factors = {c for c, ws in writers.items()
-               if all(isinstance(s, Call) and s.op == "cholesky" and s.outputs[0] is c for s in ws)
-               and c.kind == "transient" and c.ndim == 2 and c.dtype == np.float64}
+    factors = {c for c in written_only_by(stmts, lambda s, c: isinstance(s, Call) and s.op == "cholesky" and
+                                          s.outputs[0] is c)
+               if c.kind == "transient" and c.ndim == 2 and c.dtype == np.float64}
     return _rewrite(stmts, factors) if factors else stmts
 
 
