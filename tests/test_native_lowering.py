@@ -875,3 +875,50 @@ def test_both_backends_lower_every_elementwise_op():
         elif isinstance(fn, np.ufunc) and fn.nin == 1 and name not in ("logical_not", "real", "imag", "conj", "angle",
                                                                         "arccosh"):
             np.testing.assert_allclose(ref[k], np.asarray(fn(x), dtype=np.float64), rtol=1e-15, err_msg=name)
+
+
+_CONTROL = 0xFFC0        # MXCSR without its sticky exception flags
+
+
+def decaying(x, scale):
+    y = x * scale           # 1e-160 * 1e-150: the adjoint reaching x is 1e-310, a subnormal number
+    return np.sum(y * 1e-150) + np.sum(x) * 1e-310
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="flushing is x86 only")
+def test_adjoint_sweep_flushes_subnormals_and_forward_does_not():
+    """The adjoint sweep runs with subnormal numbers flushed to zero (as XLA on CPU), the forward
+    sweep in IEEE arithmetic: the value a gradient call returns is NumPy's, subnormal included,
+    and the caller's floating-point mode is the same after the call."""
+    from flowgrad.backends.native_math import fp_mode
+    x = np.linspace(1.0, 2.0, 8)
+    before = fp_mode() & _CONTROL
+    value, (g,) = flowgrad.value_and_grad(decaying, wrt=("x",), backend=native)(x, 1e-160)
+    assert fp_mode() & _CONTROL == before
+    assert value == decaying(x, 1e-160) and 0 < abs(value) < np.finfo(float).tiny   # forward: subnormal kept
+    _, (g_ieee,) = flowgrad.value_and_grad(decaying, wrt=("x",), backend="numpy")(x, 1e-160)
+    assert np.all(g_ieee > 0) and np.all(g_ieee < np.finfo(float).tiny)                # IEEE: 2e-310 each
+    np.testing.assert_array_equal(g, 0.0)                                                # flushed
+    np.testing.assert_allclose(flowgrad.grad(decaying, wrt=("x",), backend=native)(x, 1.0)[0],
+                               np.full(8, 1e-150), rtol=1e-12, atol=0)                   # normal: unchanged
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="flushing is x86 only")
+def test_mode_is_restored_when_the_adjoint_sweep_stops():
+    """An error between flushing and restoring (an index check in the adjoint sweep, a failed
+    allocation) leaves the caller's floating-point mode as it was."""
+    import numba
+    from flowgrad.backends.native_kernel import Kernel
+    from flowgrad.backends.native_math import flush_subnormals, fp_mode
+
+    @numba.njit
+    def stops(x, _ws, _out):
+        flush_subnormals()
+        raise ValueError("stopped in the adjoint sweep")
+
+    before = fp_mode() & _CONTROL
+    kernel = Kernel(stops, (), flushes=True)
+    with pytest.raises(ValueError, match="stopped"):
+        kernel(1.0)
+    assert fp_mode() & _CONTROL == before
+    assert fp_mode() & 0x8040 == 0 and 1e-308 * 0.5 > 0

@@ -1069,8 +1069,10 @@ def _finish(low, name, entry, returns):
         low.lines[0] = "@_jit_parallel"
         low.lines = [_PARALLEL_SAFE_NAME.sub(r"\1_", line) for line in low.lines]
     types = tuple((dt, nd) for dt, nd, _ in low.workspace)
+    flushes = any("_rt.flush_subnormals()" in line for line in low.lines)
     return (HEADER + "\n".join(low.lines) + f"\n\n\nWORKSPACE_{name} = {types!r}\n"
-            f"OUTPUTS_{name} = {tuple(low.outputs)!r}\nSITES_{name} = {tuple(low.sites)!r}\n")
+            f"OUTPUTS_{name} = {tuple(low.outputs)!r}\nSITES_{name} = {tuple(low.sites)!r}\n"
+            f"FLUSHES_{name} = {flushes!r}\n")
 
 
 def emit_forward(prog) -> str:
@@ -1115,8 +1117,16 @@ def emit_grad(prog, gp, wrt) -> str:
     returned.update({gp.grads[w]: 1 + k for k, w in enumerate(wrt) if w in gp.grads})
     _prologue(low, prog, containers, tapes, 1, forward + gp.backward, returned)
     entry = len(low.lines)
-    low.block(forward + gp.backward, 1)        # one sequence: a forward's last pass may share its nest
-                                               # with the backward's first
+    low.block(forward, 1)
+    # the adjoint sweep flushes subnormal numbers to zero (see native_math); the forward's float
+    # scalars it reads, and the result, are computed before the mode changes
+    later = {r.ref.container.name for s in walk(gp.backward) for r in stmt_reads(s)} | {result.name}
+    for c in dict.fromkeys(w.container for s in walk(forward) for w in stmt_writes(s)):
+        if c.ndim == 0 and c.name in later and np.dtype(c.dtype).kind in "fc":
+            low.line(f"{c.name} = _rt.held({c.name})", 1)
+    low.line("_fp_mode = _rt.flush_subnormals()", 1)
+    low.block(gp.backward, 1)
+    low.line("_rt.restore_fp_mode(_fp_mode)", 1)
     outs = []
     for w in wrt:
         g = gp.grads.get(w)

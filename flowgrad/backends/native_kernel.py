@@ -78,8 +78,9 @@ class Kernel:
 
     KEEP = 2        # arrays remembered per output: a caller holding the previous one still gets one
 
-    def __init__(self, fn, types, out_types=(), serial=None, sites=(), source=None):
+    def __init__(self, fn, types, out_types=(), serial=None, sites=(), source=None, flushes=False):
         self.fn = fn
+        self.flushes = flushes      # it flushes subnormal numbers to zero for a while (``native_math``)
         self.sites = sites          # the user's line of each index check, by its number
         self.types = types
         self.out_types = out_types
@@ -154,6 +155,17 @@ class Kernel:
         return np.empty((0,) * nd, dtype=dt)
 
     def __call__(self, *args):
+        if not self.flushes:
+            return self._call(args)
+        from .native_math import fp_mode, restore_fp_mode
+        mode = fp_mode()
+        try:
+            return self._call(args)
+        except BaseException:
+            restore_fp_mode(mode)       # stopped between flushing subnormals and putting the mode back
+            raise
+
+    def _call(self, args):
         first = not self.ready
         if first:
             self._prepare(args)
@@ -468,7 +480,7 @@ def compile_source(src: str, name: str):
             del sys.modules[modname]
             raise
     return Kernel(getattr(mod, name), getattr(mod, "WORKSPACE_" + name), getattr(mod, "OUTPUTS_" + name), serial,
-                  getattr(mod, "SITES_" + name, ()), (src, path))
+                  getattr(mod, "SITES_" + name, ()), (src, path), getattr(mod, "FLUSHES_" + name, False))
 
 
 def _read(path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import platform
 
 import numba
 import numba.extending
@@ -427,3 +428,96 @@ def arctan2_64(emit, y, x):
     z = _atan_positive(emit, r)
     z = b.select(emit.less(x, emit.num(0.0)), emit.sub(emit.num(_PI), emit.sub(z, emit.num(_PI_LO))), z)
     return emit.call("llvm.copysign", z, y), rare
+
+
+# The adjoint sweep of a gradient runs with subnormal numbers flushed to zero, as XLA's CPU
+# client runs all its code (and TensorFlow its threads). An adjoint that decays step by step (a
+# backward induction, a recurrence with a factor below one) reaches the subnormal range and
+# stays there: on x86 each operation on a subnormal number costs a micro-code assist of about a
+# hundred cycles. Measured: binomial_option's gradient 61 -> 20 ms, durbin's 11.7 -> 6.5 ms.
+# Only adjoint values below 2.2e-308 in magnitude change (to zero); the forward sweep, and so
+# every value a gradient call returns besides the gradient, keeps IEEE arithmetic. The SSE
+# control register is read and written by LLVM's x86 intrinsics; elsewhere both functions do
+# nothing (the mode stays IEEE).
+_FLUSH_BITS = 0x8040      # MXCSR: flush to zero (FTZ, bit 15) and denormals are zero (DAZ, bit 6)
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+def _fence(builder, value=None):
+    """An empty instruction LLVM may not move memory accesses across (it clobbers memory) nor
+    reorder with the control register's reads and writes (it has side effects); with ``value``,
+    one that takes a float in a register and gives it back as a value LLVM cannot see through:
+    what computes it stays before the fence."""
+    if value is None:
+        builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], True)
+        return None
+    return builder.asm(ir.FunctionType(value.type, [value.type]), "", "=x,0,~{memory}", [value], True)
+
+
+def _csr(builder, intrinsic, slot):
+    i8p = ir.IntType(8).as_pointer()
+    fn = builder.module.declare_intrinsic(intrinsic, fnty=ir.FunctionType(ir.VoidType(), [i8p]))
+    builder.call(fn, [builder.bitcast(slot, i8p)])
+
+
+@numba.extending.intrinsic
+def _fp_mode(typingctx, mode):
+    """The floating-point control word before the call. ``mode`` says what it becomes: ``True``
+    that word with the flush bits set, an int32 that word itself, ``None`` unchanged."""
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        if not _X86:
+            return ir.Constant(i32, 0)
+        _fence(builder)
+        slot = cgutils.alloca_once(builder, i32)
+        _csr(builder, "llvm.x86.sse.stmxcsr", slot)
+        old = builder.load(slot)
+        kind = signature.args[0]
+        if not isinstance(kind, numba.types.NoneType):
+            builder.store(builder.or_(old, ir.Constant(i32, _FLUSH_BITS)) if isinstance(kind, numba.types.Boolean)
+                          else args[0], slot)
+            _csr(builder, "llvm.x86.sse.ldmxcsr", slot)
+        return old
+    if not isinstance(mode, (numba.types.Boolean, numba.types.Integer, numba.types.NoneType)):
+        return None
+    return numba.types.int32(mode), codegen
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def flush_subnormals():
+    """Flush subnormal results and operands to zero from here on; returns the mode to restore."""
+    return _fp_mode(True)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def restore_fp_mode(mode):
+    """Put back the floating-point mode ``flush_subnormals`` or ``fp_mode`` returned."""
+    _fp_mode(np.int32(mode))
+
+
+@numba.njit(cache=True, nogil=True)
+def fp_mode():
+    """The floating-point mode now (0 where it is not read: not x86)."""
+    return _fp_mode(None)
+
+
+@numba.extending.intrinsic
+def _held(typingctx, x):
+    def codegen(context, builder, signature, args):
+        if not _X86:
+            return args[0]
+        if isinstance(signature.args[0], numba.types.Complex):
+            parts = [_fence(builder, builder.extract_value(args[0], k)) for k in range(2)]
+            return builder.insert_value(builder.insert_value(args[0], parts[0], 0), parts[1], 1)
+        return _fence(builder, args[0])
+    if not isinstance(x, (numba.types.Float, numba.types.Complex)):
+        return None
+    return x(x), codegen
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def held(x):
+    """``x``, computed before whatever follows (LLVM does not tie floating-point arithmetic to
+    the control register): a forward value the adjoint sweep or the caller reads after the mode
+    changed is computed in the forward sweep's mode."""
+    return _held(x)

@@ -12,7 +12,8 @@ import numpy as np
 from . import native_fft as fft  # noqa: F401 (for generated code: _rt.fft.transform)
 from . import native_linalg as linalg  # noqa: F401 (for generated code: _rt.linalg.<name>)
 from .native_kernel import usable_cpus
-from .native_math import arctan2_64, arctan64, cos64, exp64, log64, sin64, tanh64  # noqa: F401 (for generated code)
+from .native_math import (arctan2_64, arctan64, cos64, exp64, flush_subnormals, held, log64,  # noqa: F401 (for
+                          restore_fp_mode, sin64, tanh64)                                    # generated code)
 
 # Numba flags ``vector_math``'s object-mode block when a caller's compilation releases the GIL;
 # the block needs the GIL by design and nothing here runs threads through it.
