@@ -7,6 +7,7 @@ iteration overwrote. Every case runs on every backend against finite differences
 import numpy as np
 import pytest
 
+import flowgrad
 from oracle import check_forward, check_grad
 
 
@@ -234,3 +235,43 @@ def test_augmented_element_keeps_the_value_before_the_right_side(backend):
     A = np.linspace(-0.5, 0.7, 12).reshape(4, 3)
     check_forward(augmented_element_read_before_the_right_side, (A,), backend)
     check_grad(augmented_element_read_before_the_right_side, (A,), backend=backend)
+
+
+# ---------------------------------------------------------------- restores nothing reads
+
+
+def symmetric_product(alpha, beta, C, A, B):
+    """PolyBench symm: the backward sweep reads C only where a restore has just put it back
+    (``C[i, j]`` before its overwrite) or as the loops left it: the restores of ``C[:i, j] += ...``
+    are never read, and need no tape."""
+    m, n = C.shape
+    for i in range(m):
+        for j in range(n):
+            C[:i, j] += alpha * B[i, j] * A[i, :i]
+            temp2 = B[:i, j] @ A[i, :i]
+            C[i, j] = beta * C[i, j] + alpha * B[i, j] * A[i, i] + alpha * temp2
+    return np.sum(C * C)
+
+
+def symmetric_product_reading_row0(alpha, beta, C, A, B):
+    """The same loops, where each overwrite also reads ``C[0, j]``, which the updates of earlier
+    rows changed: the backward sweep must see it as each step did, so those restores stay."""
+    m, n = C.shape
+    for i in range(m):
+        for j in range(n):
+            C[:i, j] += alpha * B[i, j] * A[i, :i]
+            C[i, j] = beta * C[i, j] + np.sin(C[0, j]) * A[i, i]
+    return np.sum(C * C)
+
+
+@pytest.mark.parametrize("fn", [symmetric_product, symmetric_product_reading_row0])
+def test_restores_nothing_reads_are_dropped_and_others_kept(fn, backend):
+    rng = np.random.default_rng(3)
+    args = (1.5, 1.2, rng.standard_normal((5, 4)), rng.standard_normal((5, 5)) / 3, rng.standard_normal((5, 4)))
+    check_forward(fn, args, backend)
+    check_grad(fn, args, wrt=(0, 1, 2, 3, 4), backend=backend)
+    # the decision is the autodiff's, the same for every backend: the column updates' values are
+    # kept for the second program only
+    src = flowgrad.grad(fn, wrt=(0, 1, 2, 3, 4), backend="numpy").source(*args)
+    assert "tape_C.append(C[i, j]" in src
+    assert ("tape_C.append(C[:max(0, i), j]" in src) == (fn is symmetric_product_reading_row0)

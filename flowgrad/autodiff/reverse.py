@@ -20,6 +20,7 @@ from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, 
 from ..checkpoint import loops as loop_ckpt
 from ..ir.elements import ELEMENTS
 from ..checkpoint.schedules import STORE_ALL
+from .restores import unobserved
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE, expand_formulas
 
 
@@ -814,7 +815,8 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     inverses = {}
     if uncompute and not replayed:
         inverses = {id(r): inv for r in b.restores for inv in [_inverse(r)] if inv is not None}
-    needed = _needed_restores(prog, backward, replayed, b.counters.values(), inverses)
+    needed = _needed_restores(prog, backward, replayed, b.counters.values(), inverses) - \
+        unobserved(backward, lambda s: isinstance(s, _Restore), replayed, inverses)
     first = _first_touch(prog)
 
     tapes, pushes, uncomputed = {}, {}, []
