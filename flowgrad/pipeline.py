@@ -11,7 +11,8 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
               fusion of temporaries, dead code, solves by Cholesky factors made triangular, late
               gathers, softmax shifts as constants, loops of products summed by matrix products,
               loops' matrix products taken out of them, products read transposed (from another one,
-              a Gram matrix's columns as its rows)
+              a Gram matrix's columns as its rows), arrays swept along their last axis stored
+              with it first (native)
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
               iteration), hoisted factorisations, native gathers and packing, view bounds
     REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
@@ -41,6 +42,7 @@ from .passes.gather import gather_shifted_sums
 from .passes.hoist import factor_repeated_solves, hoist_factorizations, share_factorizations
 from .passes.lift_products import lift_loop_products
 from .passes.late import gather_after_products
+from .passes.layout import permute_swept_arrays
 from .passes.order import forward_independent_loops
 from .passes.outer import defer_outer_products
 from .passes.pack import pack_strided_views
@@ -107,6 +109,7 @@ CAPTURED = [
     Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
     Step("transposes", "body", lambda b, u: share_transposed_products(b)),
     Step("transposes", "body", lambda b, u: read_gram_rows(b)),
+    Step("layout", "body", lambda b, u: permute_swept_arrays(b, u.containers, u.namer, u.outputs), when=native),
 ]
 
 FORWARD = [

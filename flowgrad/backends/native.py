@@ -370,11 +370,17 @@ class Lowering(ParallelNests, Located):
 
     # ------------------------------------------------------------ statements
 
-    def block(self, stmts, ind):
+    def block(self, stmts, ind, boundary=None):
+        """Lower ``stmts``; ``boundary``: ``(n, emit)``, ``emit()`` called once the first ``n``
+        statements are lowered (right after the nest holding the last of them)."""
         if not stmts:
             self.line("pass", ind)
         k = 0
-        while k < len(stmts):
+        while k < len(stmts) or boundary is not None:
+            if boundary is not None and k >= boundary[0]:
+                boundary[1]()
+                boundary = None
+                continue
             if self.product_sum(stmts, k, ind):
                 k += 2
                 continue
@@ -1117,15 +1123,18 @@ def emit_grad(prog, gp, wrt) -> str:
     returned.update({gp.grads[w]: 1 + k for k, w in enumerate(wrt) if w in gp.grads})
     _prologue(low, prog, containers, tapes, 1, forward + gp.backward, returned)
     entry = len(low.lines)
-    low.block(forward, 1)
-    # the adjoint sweep flushes subnormal numbers to zero (see native_math); the forward's float
-    # scalars it reads, and the result, are computed before the mode changes
+    # the adjoint sweep flushes subnormal numbers to zero (see native_math) from the end of the
+    # nest computing the forward's last statement on (a forward's last pass may share its nest
+    # with the backward's first); the forward's float scalars read later, and the result, are
+    # computed before the mode changes
     later = {r.ref.container.name for s in walk(gp.backward) for r in stmt_reads(s)} | {result.name}
-    for c in dict.fromkeys(w.container for s in walk(forward) for w in stmt_writes(s)):
-        if c.ndim == 0 and c.name in later and np.dtype(c.dtype).kind in "fc":
-            low.line(f"{c.name} = _rt.held({c.name})", 1)
-    low.line("_fp_mode = _rt.flush_subnormals()", 1)
-    low.block(gp.backward, 1)
+
+    def flush():
+        for c in dict.fromkeys(w.container for s in walk(forward) for w in stmt_writes(s)):
+            if c.ndim == 0 and c.name in later and np.dtype(c.dtype).kind in "fc":
+                low.line(f"{c.name} = _rt.held({c.name})", 1)
+        low.line("_fp_mode = _rt.flush_subnormals()", 1)
+    low.block(forward + gp.backward, 1, (len(forward), flush))
     low.line("_rt.restore_fp_mode(_fp_mode)", 1)
     outs = []
     for w in wrt:
