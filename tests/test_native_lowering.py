@@ -922,3 +922,42 @@ def test_mode_is_restored_when_the_adjoint_sweep_stops():
         kernel(1.0)
     assert fp_mode() & _CONTROL == before
     assert fp_mode() & 0x8040 == 0 and 1e-308 * 0.5 > 0
+
+
+def matvec_loss(A, x):
+    return np.sum(np.tanh(A @ x))
+
+
+def matvec_t_loss(A, x):
+    return np.sum(np.tanh(A.T @ x))
+
+
+def _nest_of(src, text):
+    """The loop headers enclosing the first line containing ``text``, outermost first."""
+    lines = src.splitlines()
+    k = next(i for i, ln in enumerate(lines) if text in ln)
+    depth, heads = len(lines[k]) - len(lines[k].lstrip()), []
+    for ln in reversed(lines[:k]):
+        d = len(ln) - len(ln.lstrip())
+        if d < depth and ln.strip().startswith("for "):
+            heads.append(ln.strip())
+            depth = d
+    return heads[::-1]
+
+
+def test_matrix_vector_adjoints_walk_rows():
+    """The adjoint of ``A @ x`` for ``x`` (a column sum of ``A * g``) runs in the pass writing the
+    adjoint for ``A``; that of ``A.T @ x`` writes ``A``'s adjoint row by row and sums each row of
+    ``A`` for ``x``'s: every pass over ``A`` and its adjoint walks their rows."""
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((30, 20))
+    for fn, x in ((matvec_loss, rng.standard_normal(20)), (matvec_t_loss, rng.standard_normal(30))):
+        check_grad(fn, (A, x), (0, 1), backend=native)
+        src = flowgrad.grad(fn, wrt=(0, 1), backend=native).source(A, x)
+        lines = [ln.strip() for ln in src.splitlines()]
+        write = next(i for i, ln in enumerate(lines) if ln.startswith("g_A["))
+        assert "range(30)" in _nest_of(src, "g_A[")[0] and "range(20)" in _nest_of(src, "g_A[")[-1]
+        if fn is matvec_loss:       # one nest: the sum for g_x next to the write of g_A
+            assert lines[write - 1].startswith("g_x[")
+        else:                       # a running sum along each row of A
+            assert "range(20)" in _nest_of(src, "* g_matmul[")[-1] and "range(30)" in _nest_of(src, "* g_matmul[")[0]
