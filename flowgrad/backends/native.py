@@ -578,7 +578,7 @@ class Lowering(ParallelNests, Located):
             if id(s) in leads:
                 names, inner = self.nest(c.shape, ind, "o")
                 self.line(f"{c.name}[{', '.join(names)}] = {reduction_start(s)[0]}", inner)
-                r = leads[id(s)][1]
+                r = leads[id(s)][1]         # its "accumulator": the output element of the loop indices
                 accs[-1] = lambda names, c=c, r=r: \
                     f"{c.name}[{', '.join(['0'] * (c.ndim - len(names) + r) + list(names[r:]))}]"
         tapes = [s for s in members if isinstance(s, (Push, Pop))]
