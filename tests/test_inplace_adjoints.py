@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import flowgrad
+from benchmarks.kernels import symm
 from oracle import check_forward, check_grad
 
 
@@ -240,28 +241,22 @@ def test_augmented_element_keeps_the_value_before_the_right_side(backend):
 # ---------------------------------------------------------------- restores nothing reads
 
 
-def symmetric_product(alpha, beta, C, A, B):
-    """PolyBench symm: the backward sweep reads C only where a restore has just put it back
-    (``C[i, j]`` before its overwrite) or as the loops left it: the restores of ``C[:i, j] += ...``
-    are never read, and need no tape."""
-    m, n = C.shape
-    for i in range(m):
-        for j in range(n):
-            C[:i, j] += alpha * B[i, j] * A[i, :i]
-            temp2 = B[:i, j] @ A[i, :i]
-            C[i, j] = beta * C[i, j] + alpha * B[i, j] * A[i, i] + alpha * temp2
-    return np.sum(C * C)
-
-
 def symmetric_product_reading_row0(alpha, beta, C, A, B):
-    """The same loops, where each overwrite also reads ``C[0, j]``, which the updates of earlier
-    rows changed: the backward sweep must see it as each step did, so those restores stay."""
+    """symm's loops (``benchmarks/kernels/symm.py``), where each overwrite also reads ``C[0, j]``,
+    which the updates of earlier rows changed: the backward sweep must see it as each step did, so
+    those restores stay."""
     m, n = C.shape
     for i in range(m):
         for j in range(n):
             C[:i, j] += alpha * B[i, j] * A[i, :i]
             C[i, j] = beta * C[i, j] + np.sin(C[0, j]) * A[i, i]
     return np.sum(C * C)
+
+
+# PolyBench symm: the backward sweep reads C only where a restore has just put it back
+# (``C[i, j]`` before its overwrite) or as the loops left it: the restores of ``C[:i, j] += ...``
+# are never read, and need no tape
+symmetric_product = symm.kernel
 
 
 @pytest.mark.parametrize("fn", [symmetric_product, symmetric_product_reading_row0])

@@ -20,9 +20,9 @@ def unobserved(backward, is_restore, replayed, inverses):
     it (the adjoint of ``sum(C * C)`` reads C as the forward sweep left it) or reads the region
     the last restore before it in the same block put back, with nothing between writing that
     container or what the region's position depends on. Any other read (in a nested block, in
-    the index of a restore, by an update run backwards (``inverses``) or by forward statements checkpointing
-    re-runs in a loop (``replayed``: backward loop variable -> those statements)) keeps every
-    restore of its container."""
+    the index of a restore, by an update run backwards (``inverses``) or by forward statements
+    checkpointing re-runs in a loop (``replayed``: backward loop variable -> those statements))
+    keeps every restore of its container."""
     restores, covering, uncovered = {}, set(), set()
     seen = set()            # containers a restore may have written by the statement visited
 
@@ -56,8 +56,9 @@ def unobserved(backward, is_restore, replayed, inverses):
                     seen.update(t.ref.container for t in walk(blocks[0]) if is_restore(t))
                 for block in blocks:
                     visit(block)
-                disturb(last, {t.ref.container if is_restore(t) else w.container
-                               for t in walk([st]) for w in ((t.ref,) if is_restore(t) else stmt_writes(t))})
+                inside = list(walk([st]))
+                disturb(last, {t.ref.container for t in inside if is_restore(t)}
+                        | {w.container for t in inside if not is_restore(t) for w in stmt_writes(t)})
                 continue
             for rd in stmt_reads(st):
                 r = last.get(rd.ref.container)

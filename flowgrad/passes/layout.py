@@ -38,8 +38,7 @@ def permute_swept_arrays(stmts, containers, namer, outputs):
         containers[moved[c].name] = moved[c]
     body = map_refs(_whole_uses(stmts, moved), lambda r: _moved_ref(r, moved[r.container]) if r.container in moved
                     else r)
-    n = {c: c.ndim for c in chosen}
-    copies = [Assign(Ref(moved[c]), Read(Ref(c, perm=(n[c] - 1,) + tuple(range(n[c] - 1)))))
+    copies = [Assign(Ref(moved[c]), Read(Ref(c, perm=(c.ndim - 1, *range(c.ndim - 1)))))
               for c in chosen if c.kind == "arg"]
     return copies + body
 
