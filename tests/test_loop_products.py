@@ -12,6 +12,7 @@ import random
 import numpy as np
 import pytest
 
+import flowgrad
 from oracle import check_forward, check_grad
 
 _PRODUCTS = [
@@ -73,15 +74,14 @@ def load(seed):
     return namespace["f"]
 
 
-def inputs(seed):
+def inputs(seed, n=10, m=9, p=4):
     rng = np.random.default_rng(seed)
-    n, m, p = 10, 9, 4
     return (rng.uniform(-1, 1, (n, m)), rng.uniform(-1, 1, (n, p)), rng.uniform(0.5, 1.5, (m, m + p)))
 
 
-def _check(seed, backend):
+def _check(seed, backend, sizes=()):
     fn = load(seed)
-    args = inputs(seed)
+    args = inputs(seed, *sizes)
     try:
         fn(*[a.copy() for a in args])
     except (ValueError, IndexError):
@@ -99,3 +99,81 @@ def test_random_loops_of_products_numpy_backend(seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_random_loops_of_products_native_backend(seed):
     _check(seed, "native")
+
+
+# Seeds whose product sums over a range that moves with the loop (``D[i + 1:, i] @ E[i + 1:, :]``,
+# ``D[:i, i] @ D[:i, :]``): at these sizes the loop is cut into blocks sharing one product each
+# (``passes/strips.py``), with or without a write that a block's product reads.
+_TRIANGULAR = [s for s in range(200) if any(p in generate(s) for p in ("E[i + 1:, :]", "D[:i, :]"))][:8]
+
+
+@pytest.mark.parametrize("seed", _TRIANGULAR)
+def test_blocks_of_triangular_loops_numpy_backend(seed):
+    _check(seed, "numpy", (40, 36, 5))
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("seed", _TRIANGULAR[:3])
+def test_blocks_of_triangular_loops_native_backend(seed):
+    _check(seed, "native", (40, 36, 5))
+
+
+def _trmm(alpha, A, B):
+    """A strict lower triangle's columns times the rows below: ranges ``[i + 1, m)``."""
+    m, n = B.shape
+    for i in range(m):
+        for j in range(n):
+            B[i, j] += A[i + 1:, i] @ B[i + 1:, j]
+            B[i, j] *= alpha
+    return np.sum(B * B) / (m * n)
+
+
+def _symm(alpha, beta, C, A, B):
+    """A strict lower triangle's rows times the rows above: ranges ``[0, i)``, read transposed."""
+    m, n = C.shape
+    for i in range(m):
+        for j in range(n):
+            C[:i, j] += alpha * B[i, j] * A[i, :i]
+            temp2 = B[:i, j] @ A[i, :i]
+            C[i, j] = beta * C[i, j] + alpha * B[i, j] * A[i, i] + alpha * temp2
+    return np.sum(C * C) / (m * n)
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+@pytest.mark.parametrize("kernel", [_trmm, _symm])
+def test_blocks_add_no_term_the_loop_did_not(kernel, backend):
+    """The blocks' products sum exactly the loop's terms: an infinity in the triangle the loop
+    never reads stays out of every value and gradient (zero padding would make NaNs of it)."""
+    rng = np.random.default_rng(3)
+    m, n = 45, 9
+    A = rng.standard_normal((m, m)) / np.sqrt(m)
+    B = rng.standard_normal((m, n))
+    args = (1.1, A, B) if kernel is _trmm else (1.1, 0.9, rng.standard_normal((m, n)), A, B)
+    wrt = tuple(range(len(args)))
+    a = len(args) - 2                             # A's position
+    assert "for block in range" in flowgrad.grad(kernel, wrt=wrt, backend=backend).source(*args)
+    check_grad(kernel, args, wrt, backend=backend)
+    unread = np.triu(np.ones((m, m), dtype=bool), 0 if kernel is _trmm else 1)     # symm reads A[i, i]
+    A_inf = np.where(unread, np.inf, A)
+    args_inf = args[:a] + (A_inf,) + args[a + 1:]
+    check_forward(kernel, args_inf, backend=backend, rtol=1e-10)
+    _, grads = flowgrad.value_and_grad(kernel, wrt=wrt, backend=backend)(*args_inf)
+    _, finite = flowgrad.value_and_grad(kernel, wrt=wrt, backend=backend)(*args)
+    for g, h in zip(grads, finite):
+        np.testing.assert_allclose(g, h, rtol=1e-12, atol=1e-12)
+    assert np.all(grads[a][unread] == 0)
+
+
+def _writes_ahead(A, B):
+    m = B.shape[0]
+    for i in range(m - 3):
+        t = A[i + 1:, i] @ B[i + 1:, :]
+        B[i + 3, :] += 0.1 * np.tanh(t)     # a row a later iteration of the block reads
+    return np.sum(B * B)
+
+
+def test_no_blocks_where_an_iteration_writes_what_the_block_product_reads():
+    rng = np.random.default_rng(4)
+    args = (rng.standard_normal((40, 40)) / 7, rng.standard_normal((40, 9)))
+    assert "for block in range" not in flowgrad.grad(_writes_ahead, wrt=(0, 1)).source(*args)
+    check_grad(_writes_ahead, args, (0, 1))

@@ -32,6 +32,8 @@ from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, 
                        apart, child_blocks, const_value, iter_reads, loop_range, op, same_ref, scalar, split_offset,
                        stmt_reads, stmt_writes, substitute, walk)
 
+from .strips import strip_mine
+
 # Below this many iterations one product gains too little over the loop's calls.
 _MIN_TRIPS = 8
 # The widened product may do at most this many times the work of the loop's products.
@@ -83,7 +85,12 @@ def _lift(loop, root, containers, namer, outputs):
         if not _private(t, k, loop, root, outputs):
             continue
         plan = _plan(call, loop.var, lo, hi, written)
-        if plan is None or not _untouched(plan, loop):
+        if plan is None:
+            new = strip_mine(loop, k, call, lo, hi, written, containers, namer)
+            if new is not None:
+                return new
+            continue
+        if not _untouched(plan, loop):
             continue
         new = _rewrite(loop, k, plan, containers, namer)
         if new is not None:
