@@ -89,3 +89,36 @@ def test_huge_pages_marks_only_a_contiguous_block():
     assert rt.huge_pages(a) is a
     view = a[::-1]
     assert rt.huge_pages(view)[0] == 0.0                 # a view: left alone, returned as it is
+
+
+_TEMPORARIES = """
+import numpy as np
+from flowgrad.backends import native_linalg, native_runtime
+rng = np.random.default_rng(0)
+a = rng.standard_normal((300, 2000))
+assert np.allclose(native_linalg.gram(a.T), a @ a.T, rtol=1e-12, atol=1e-9)
+l = np.tril(rng.standard_normal((1500, 1500))) + 40 * np.eye(1500)
+b = rng.standard_normal((1500, 3))
+x = native_linalg.solve_triangular(l.T.T[:, :], b, True, False, False)
+assert np.allclose(l @ x, b, rtol=1e-9, atol=1e-9)
+p, q = rng.standard_normal((60, 40)), rng.standard_normal((40, 30))
+out = np.ones((60, 30))
+native_runtime.matmul_acc(p, q, out)
+assert np.allclose(out, 1 + p @ q, rtol=1e-12, atol=1e-12)
+print("ok")
+"""
+
+
+def test_blas_calls_keep_their_temporary_arrays(tmp_path):
+    """A contiguous copy made only to be passed to BLAS by address (the Gram matrix of a
+    transposed view) lives until BLAS returns: freed at the statement taking its address, a copy
+    larger than the C allocator keeps in its heap was unmapped before BLAS read it (a crash), a
+    smaller one read as whatever the allocator wrote there (syrk's gradient was off by 1e-3 in
+    some processes). Run in a process of its own, where a crash is a failure, not a lost worker."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, FLOWGRAD_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", _TEMPORARIES], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -15,11 +15,31 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import numba
 import numpy as np
+from llvmlite import ir
 from numba.extending import get_cython_function_address
 
 from . import linalg_runtime as _numpy
 
 _jit = numba.njit(cache=True, nogil=True)
+
+
+@numba.extending.intrinsic
+def alive(typingctx, a):
+    """Array ``a`` still exists here. A BLAS or LAPACK function is called with addresses
+    (``a.ctypes.data``), which do not hold their arrays: Numba frees an array after the last
+    statement that names it, which for a temporary (``np.ones(1)``, a contiguous copy) is the one
+    taking its address, before the call that reads it. Call this after such a call for each
+    array whose address it took. Measured without it: syrk's Gram matrix, whose operand is such
+    a copy, read freed memory, and its gradient came out wrong by 1e-3 relative in some processes."""
+    if not isinstance(a, numba.types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        use = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [data.type]), "", "r,~{memory}", side_effect=True)
+        builder.call(use, [data])
+        return context.get_dummy_value()
+    return numba.types.none(a), codegen
 
 _I8, _IP, _P = numba.types.int8, numba.types.intp, numba.types.uintp
 _XXXEVD = numba.types.ExternalFunction("numba_ez_xxxevd", numba.types.intc(_I8, _I8, _I8, _IP, _P, _IP, _P))
@@ -66,6 +86,7 @@ def solve_triangular(a, b, lower, trans, unit):
     _DTRSM(flags[0:].ctypes.data, flags[1:].ctypes.data, flags[2:].ctypes.data, flags[3:].ctypes.data,
            sizes[0:].ctypes.data, sizes[1:].ctypes.data, one.ctypes.data, m.ctypes.data, sizes[2:].ctypes.data,
            x.ctypes.data, sizes[3:].ctypes.data)
+    alive(flags), alive(sizes), alive(one), alive(m), alive(x)
     return x.reshape(b.shape)
 
 
@@ -90,6 +111,7 @@ def gram(b):
     _DSYRK(flags[0:].ctypes.data, flags[1:].ctypes.data, sizes[0:].ctypes.data, sizes[1:].ctypes.data,
            one.ctypes.data, x.ctypes.data, sizes[2:].ctypes.data, zero.ctypes.data, c.ctypes.data,
            sizes[3:].ctypes.data)
+    alive(flags), alive(sizes), alive(one), alive(zero), alive(x), alive(c)
     # the column-major upper triangle is the row-major lower one
     for i in range(m):
         for j in range(i + 1, m):

@@ -128,6 +128,7 @@ def matmul_acc(a, b, out):
     scales = np.ones(2)
     _XXGEMM(ord("d"), ta, tb, m, r, k, scales.ctypes.data, b.ctypes.data, lda, a.ctypes.data, ldb,
             scales.ctypes.data + 8, out.ctypes.data, max(ldc, m))
+    linalg.alive(scales)
 
 
 @_jit
