@@ -32,6 +32,7 @@ from .ir.printer import block_lines
 from .ir.verify import verify
 from .passes.bounds import hoist_view_bounds
 from .passes.checks import insert_size_checks
+from .passes.cleared import assign_cleared_sums
 from .passes.complex_calls import refuse_complex_calls
 from .passes.contract import contract_product_loops
 from .passes.copies import propagate_copies
@@ -126,6 +127,7 @@ REVERSE = [
     Step("copies", "backward", lambda b, u: propagate_copies(b, set(u.outputs))),
     Step("dce", "backward", _backward_dce),
     Step("fuse", "backward", lambda b, u: fuse_temporaries(b, protected=set(u.outputs))),
+    Step("cleared", "backward", lambda b, u: assign_cleared_sums(b)),
     Step("outer", "backward", lambda b, u: defer_outer_products(b, u.containers, u.namer)),
     Step("dce", "forward", lambda b, u: eliminate_dead(b, u.live)[0]),
     Step("hoist", "forward", lambda b, u: factor_repeated_solves(b, u.sweeps["backward"], u.containers, u.namer),

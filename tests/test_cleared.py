@@ -1,0 +1,57 @@
+"""The ``cleared`` pass: a loop that clears part of an adjoint at the end of each iteration and
+sums into all of it at the start of the next writes it instead, and clears it once after the
+loop; where the part is not zero before the loop, or the sums do not cover it, nothing changes.
+Each gradient is checked against finite differences."""
+import numpy as np
+import pytest
+
+import flowgrad
+from oracle import check_grad
+
+
+def ping_pong(A, B, steps):
+    for t in range(steps):
+        B[1:-1] = 0.3 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.3 * (B[:-2] + B[1:-1] + B[2:])
+    return np.sum(A * A)
+
+
+def ping_pong_read_after(A, B, steps):
+    for t in range(steps):
+        B[1:-1] = 0.3 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.3 * (B[:-2] + B[1:-1] + B[2:])
+    return np.sum(A * A) + np.sum(np.sin(B))      # g_B is not zero before the reversed loop
+
+
+def ping_pong_partial(A, B, steps):
+    for t in range(steps):
+        B[1:-1] = 0.3 * A[1:-1]                   # the sum into g_A reaches only A[1:-1]...
+        A[:] = 0.3 * np.tanh(B)                   # ...which it clears all of
+    return np.sum(A * A)
+
+
+def _backward(fn, args):
+    text = flowgrad.grad(fn, wrt=(0, 1)).ir(*args)
+    return text[text.index("# backward"):]
+
+
+def _args(n=40):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal(n), rng.standard_normal(n), 5
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_a_cleared_interior_is_written_and_cleared_after_the_loop(backend):
+    lines = _backward(ping_pong, _args()).splitlines()
+    assert "  g_B[1:+38] = 0.0" in lines                 # after the loop
+    assert "    g_B[1:+38] = 0.0" not in lines           # not at the end of every iteration
+    assert any(line.startswith("    g_B[2:+36] = ") for line in lines)      # the interior's sum, written
+    check_grad(ping_pong, _args(), (0, 1), backend=backend)
+
+
+@pytest.mark.parametrize("fn", [ping_pong_read_after, ping_pong_partial])
+def test_nothing_changes_where_the_region_is_not_zero_before_or_not_covered(fn):
+    lines = _backward(fn, _args()).splitlines()
+    cleared = [line for line in lines if line.startswith("    g_") and line.endswith("= 0.0")]
+    assert cleared, "the loop still clears its region each iteration"
+    check_grad(fn, _args(), (0, 1))
