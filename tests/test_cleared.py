@@ -46,6 +46,10 @@ def test_a_cleared_interior_is_written_and_cleared_after_the_loop(backend):
     assert "  g_B[1:+38] = 0.0" in lines                 # after the loop
     assert "    g_B[1:+38] = 0.0" not in lines           # not at the end of every iteration
     assert any(line.startswith("    g_B[2:+36] = ") for line in lines)      # the interior's sum, written
+    # g_A's interior, cleared by the adjoint of ``A[1:-1] = ...`` and summed into from g_B's three
+    # shifted views: one written sum of the three, no clearing pass
+    assert any(line.startswith("    g_A[2:+36] = ") and line.count("g_B[") == 3 for line in lines)
+    assert not any(line.startswith("    g_A[") and line.endswith("= 0.0") for line in lines)
     check_grad(ping_pong, _args(), (0, 1), backend=backend)
 
 

@@ -184,7 +184,9 @@ def test_a_three_dimensional_stencil_adjoint_is_gathered_in_parts(backend):
     args = (rng.uniform(-1, 1, (6, 7, 8)), rng.uniform(-1, 1, (6, 7, 8)), 2)
     check_grad(seven_point, args, ("A", "B"), backend=backend)
     backward = flowgrad.grad(seven_point, wrt=("A", "B"), backend=backend).ir(*args).split("# backward")[1]
-    assert any(ln.strip().startswith("g_A[2:+2, 2:+3, 1:+6] +=") and ln.count("g_B[") == 4
+    # (the first also takes the centre's term, which the clearing of g_A fused into an assignment:
+    # written, as the pieces cover the cleared interior)
+    assert any(ln.strip().startswith("g_A[2:+2, 2:+3, 1:+6] = ") and ln.count("g_B[") == 5
                for ln in backward.splitlines()), backward
     assert any(ln.strip().startswith("g_A[1:+4, 1:+5, 2:+4] +=") and ln.count("g_B[") == 2
                for ln in backward.splitlines()), backward

@@ -24,17 +24,31 @@ def gather_shifted_sums(stmts):
     stmts = [map_blocks(s, gather_shifted_sums) for s in stmts]
     out, k = [], 0
     while k < len(stmts):
+        first, fill = stmts[k], []
+        if _assigned(first):
+            # ``g[v] = e`` opening a run of sums into ``g`` is ``g[v] = 0`` and ``g[v] += e``: the
+            # clearing of an overwritten adjoint fused with its first sum (``cleared`` folds the
+            # fill into the gathered pieces it lies under)
+            stmts = stmts[:k] + [Assign(first.dst, first.expr, True, first.loc)] + stmts[k + 1:]
+            fill = [Assign(first.dst, Const(0.0), False, first.loc)]
         run = _run(stmts, k)
         # the longest leading part of the run that gathers (a 7-point 3-D stencil's adjoint has
         # too many pieces at once: its shifts along the first two axes gather, then the third's)
         n, plan = next(((n, p) for n in range(len(run), 1, -1) for p in [_segments(run[:n])] if p is not None),
                        (1, None))
         if plan is None:
-            out.append(stmts[k])
+            out.append(first)
         else:
-            out += plan
+            out += fill + plan
         k += n
     return out
+
+
+def _assigned(s):
+    """Whether ``s`` writes a view of an array with a value that reads nothing of the array."""
+    return isinstance(s, Assign) and not s.accumulate and _candidate(Assign(s.dst, s.expr, True)) and \
+        not isinstance(s.expr, Const) and \
+        not any(r.ref.container is s.dst.container for r in iter_reads(s.expr))
 
 
 def _run(stmts, k):
