@@ -37,6 +37,10 @@ TANGENT_MODES = {"jvp": (False, False), "hvp": (True, False), "jvp_dirs": (False
 
 def _arg_key(value, name, objects=False):
     """How an argument takes part in the signature a capture is cached under."""
+    if type(value) is np.ndarray and value.dtype.kind in "biufc":
+        return ("array", value.shape, value.dtype.str)          # the common cases first
+    if type(value) is float:
+        return ("float", "f8")
     if pytree.is_node(value, objects):
         leaves, tree = pytree.flatten(value, objects=objects)
         return ("tree", tree.key(), tuple(_arg_key(v, p) for v, p in zip(leaves, tree.paths(name))))
@@ -393,6 +397,8 @@ class _Transform:
             native_kernel.warm_up()
         self.signature = inspect.signature(fn)
         self.params = list(self.signature.parameters)
+        self._positional = all(p.kind == p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values())
+        self._wrt = None            # ``resolve_wrt``'s answer, once found
         self.wrt_given = wrt
         self.cache = {}
         self.plans = {}             # memory plans by signature and integer arguments
@@ -408,6 +414,8 @@ class _Transform:
 
     def bind(self, args):
         """The call's arguments by name, defaults applied."""
+        if len(args) == len(self.params) and self._positional:
+            return dict(zip(self.params, args))          # what binding gives, without its cost per call
         try:
             bound = self.signature.bind(*args)
         except TypeError as exc:
@@ -427,6 +435,11 @@ class _Transform:
 
     def resolve_wrt(self):
         """(names of the ``wrt`` arguments, whether ``wrt`` is a single one), from the signature."""
+        if self._wrt is None:
+            self._wrt = self._resolve_wrt()
+        return self._wrt
+
+    def _resolve_wrt(self):
         wrt = self.wrt_given
         single = not isinstance(wrt, (tuple, list))
         items = [wrt] if single else list(wrt)

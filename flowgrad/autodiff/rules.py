@@ -144,8 +144,11 @@ def _vjp_matmul(ctx, call, gouts):
     stmts = []
     na, nb = len(a.shape), len(b.shape)
     if is_gram(a, b) and ctx.active(b):
-        # c = b.T @ b: b's adjoint b @ (g + g.T), one product where the two operands' would be two
+        # c = b.T @ b: b's adjoint b @ (g + g.T), one product where the two operands' would be two;
+        # for c = a @ a.T, a's adjoint (g + g.T) @ a, written in a's own layout (the same values)
         both = ctx.temp(g.shape, g.dtype, "gsym")
+        if a.ref.perm is None:
+            return [Assign(Ref(both), ga + _swap_last(gb))] + ctx.via_temp(a, "matmul", [Read(Ref(both)), a])
         return [Assign(Ref(both), ga + _swap_last(gb))] + ctx.via_temp(b, "matmul", [b, Read(Ref(both))])
     if na == 1 and nb == 1:
         return ctx.accumulate(a, ga * b) + ctx.accumulate(b, gb * a)

@@ -899,12 +899,18 @@ def capture(fn, args, object_args=()) -> Captured:
     sources = list(fe.param_sources)
     trees = {n: fe.object_args.__contains__(n) for n in fe.arg_leaves}
     signature = inspect.signature(fn)
+    names = list(signature.parameters)
+    positional = all(p.kind == p.POSITIONAL_OR_KEYWORD for p in signature.parameters.values())
 
     def inputs(call_args):
-        bound = signature.bind(*call_args)
-        bound.apply_defaults()
-        leaves = {n: pytree.flatten(bound.arguments[n], objects=objs)[0] for n, objs in trees.items()}
-        return [bound.arguments[n] if k is None else leaves[n][k] for n, k in sources] + const_values
+        if positional and len(call_args) == len(names):
+            arguments = dict(zip(names, call_args))     # what binding gives, without its cost per call
+        else:
+            bound = signature.bind(*call_args)
+            bound.apply_defaults()
+            arguments = bound.arguments
+        leaves = {n: pytree.flatten(arguments[n], objects=objs)[0] for n, objs in trees.items()}
+        return [arguments[n] if k is None else leaves[n][k] for n, k in sources] + const_values
 
     name = "".join(ch for ch in fn.__name__ if ch.isalnum() or ch == "_") or "fn"
     if name in _RESERVED:             # ``lambda``: the generated function needs a name Python allows
