@@ -44,7 +44,7 @@ from .passes.hoist import factor_repeated_solves, hoist_factorizations, share_fa
 from .passes.lift_products import lift_loop_products
 from .passes.late import gather_after_products
 from .passes.layout import permute_swept_arrays
-from .passes.order import forward_independent_loops
+from .passes.order import forward_independent_loops, interchange_forward_loops
 from .passes.outer import defer_outer_products
 from .passes.pack import pack_strided_views
 from .passes.shifts import constant_shifts
@@ -108,6 +108,7 @@ CAPTURED = [
     Step("shifts", "body", lambda b, u: constant_shifts(b)),
     Step("contract", "body", lambda b, u: contract_product_loops(b, u.containers, u.namer)),
     Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
+    Step("order", "body", lambda b, u: interchange_forward_loops(b, set(u.outputs), u.containers, u.namer)),
     Step("transposes", "body", lambda b, u: share_transposed_products(b)),
     Step("transposes", "body", lambda b, u: read_gram_rows(b)),
     Step("layout", "body", lambda b, u: permute_swept_arrays(b, u.containers, u.namer, u.outputs), when=native),

@@ -32,18 +32,51 @@ from __future__ import annotations
 from collections import Counter
 
 from ..ir.core import (I64, Assign, Call, Const, Container, For, Index, NewAxis, Op, Pop, Push, Read, Ref, Slice,
-                       While, const_value, is_cheap, iter_reads, map_blocks, op, reads_besides_sum, same_expr,
-                       same_ref, scalar, stmt_reads, stmt_writes, walk)
+                       While, child_blocks, const_value, is_cheap, iter_reads, map_blocks, op, reads_besides_sum,
+                       same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
 
 
 def forward_independent_loops(stmts, results, containers, namer):
     """``stmts`` with its reversed loops whose iterations commute run forwards, and interchanged
     where that walks memory in order (see the module); ``results``: the containers handed to the
     caller; new containers go into ``containers``, named by ``namer``."""
-    reads = Counter(r.ref.container for s in walk(stmts) for r in stmt_reads(s))
-    for c in results:
-        reads[c] += 1                     # read after the program
-    return _block(stmts, reads, containers, namer)
+    return _block(stmts, _Reads(stmts, results), containers, namer)
+
+
+class _Reads:
+    """Where a loop's last values of a container may be read after it. ``outside(loop, c, n)``
+    (``n``: the reads of ``c`` inside the loop) counts the reads of ``c`` outside ``loop`` (a
+    result counts as one), leaving out those in another loop that binds ``c`` itself before
+    reading it: its variable, or a value it writes whole at the top of its body (a loop variable
+    or a temporary that a later loop uses again)."""
+
+    def __init__(self, stmts, results):
+        self.stmts, self.results = stmts, set(results)
+        self.total = Counter(r.ref.container for s in walk(stmts) for r in stmt_reads(s))
+        self.bound = {}
+
+    def outside(self, loop, c, inside):
+        extra = int(c in self.results)
+        if self.total[c] == inside:
+            return extra
+        return self._count(self.stmts, loop, c) + extra
+
+    def _binds(self, s, c):
+        if id(s) not in self.bound:
+            self.bound[id(s)] = {s.var} | _private(s.body)
+        return c in self.bound[id(s)]
+
+    def _count(self, stmts, loop, c):
+        n = 0
+        for s in stmts:
+            if s is loop:
+                continue
+            if isinstance(s, For) and self._binds(s, c) and not any(t is loop for t in walk(s.body)):
+                continue
+            n += sum(1 for r in stmt_reads(s) if r.ref.container is c)
+            for b in child_blocks(s):
+                n += self._count(b, loop, c)
+        return n
 
 
 def _block(stmts, reads, containers, namer):
@@ -60,17 +93,65 @@ def _block(stmts, reads, containers, namer):
     return out
 
 
+def interchange_forward_loops(stmts, results, containers, namer):
+    """``stmts`` (a captured program, before the autodiff) with its loops over independent
+    iterations interchanged where that walks memory in order, as ``forward_independent_loops``
+    does for reversed ones. Where only the loop's leading statements are over one axis of their
+    own (symm's ``C[:i, j] += a * A[i, :i]`` before ``C[i, j] = ...``), the loop is split in two
+    first: its iterations being independent, running every iteration's leading statements before
+    any iteration's others changes nothing, unless a value private to an iteration passes between
+    the two (then the loop stays as it is)."""
+    return _forward_block(stmts, _Reads(stmts, results), containers, namer)
+
+
+def _forward_block(stmts, reads, containers, namer):
+    out = []
+    for s in stmts:
+        s = map_blocks(s, lambda b: _forward_block(b, reads, containers, namer))
+        if isinstance(s, For) and not s.reverse and _independent(s, reads):
+            out += _split_interchanged(s, containers, namer)
+        else:
+            out.append(s)
+    return out
+
+
+def _split_interchanged(loop, containers, namer):
+    try:
+        return [_interchanged(loop, containers, namer)]
+    except _Unfit:
+        pass
+    body = loop.body
+    k = 0
+    while k < len(body) and isinstance(body[k], Assign) and len(body[k].dst.shape) == 1:
+        k += 1
+    if k == 0 or k == len(body):
+        return [loop]
+
+    def touched(block):
+        return {r.ref.container for s in walk(block) for r in stmt_reads(s)} | \
+            {w.container for s in walk(block) for w in stmt_writes(s)}
+
+    if _private(body) & touched(body[:k]) & touched(body[k:]):
+        return [loop]
+    try:
+        head = _interchanged(For(loop.var, loop.start, loop.stop, loop.step, body[:k], False, loop.loc),
+                             containers, namer)
+    except _Unfit:
+        return [loop]
+    return [head, For(loop.var, loop.start, loop.stop, loop.step, body[k:], False, loop.loc)]
+
+
 def _independent(loop, reads):
     body = list(walk(loop.body))
     if any(isinstance(s, (Push, Pop, While)) for s in body):
         return False
     written = {w.container for s in body for w in stmt_writes(s)}
     inside = Counter(r.ref.container for s in walk([loop]) for r in stmt_reads(s))
-    if loop.var in written or reads[loop.var] != inside[loop.var]:
+    if loop.var in written or reads.outside(loop, loop.var, inside[loop.var]):
         return False                      # the value it is left with changes
     private = _private(loop.body)
     for c in written:
-        if c in private and reads[c] == inside[c]:
+        if c in private and not reads.outside(loop, c, inside[c]):
             continue
         if not (_summed_only(c, body) or _own_part(c, body, loop.var)):
             return False
@@ -268,4 +349,4 @@ def _at_start(e, var, start):
     return op(e.name, _at_start(e.args[0], var, start), e.args[1])
 
 
-__all__ = ["forward_independent_loops"]
+__all__ = ["forward_independent_loops", "interchange_forward_loops"]
