@@ -12,6 +12,12 @@ A time-stepped stencil's adjoint (``B[1:-1] = f(A)``, ``A[1:-1] = f(B)`` in a lo
 ``g_B`` from ``g_A``, reads ``g_B`` into ``g_A`` and clears ``g_B``'s interior, every step: one pass
 over ``g_B`` of four goes, and one reads less. Parts outside ``R`` (the boundary's, which the loop
 never clears) keep summing.
+
+In any block, a zero fill ``X[R] = 0`` followed, before anything else touches ``X``, by such sums
+covering ``R`` goes the same way: the sums inside ``R`` are written, the fill removed (the adjoint
+of ``A[1:-1] = f(B)`` clears ``g_A``'s interior, and the next statements sum into all of it).
+Only the views' bounds are compared, so both rewrites need bounds known when the program is
+built.
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ first axis (``x`` batched) or last (``y`` batched); the loop reads ``r[v - lo, .
 ``t``. Legality: nothing in the loop writes an element the widened operands hold (so the values
 the product reads before the loop are those each iteration read), the loop does not read ``t``
 before the call nor anything outside the loop reads it. A slice that moves along the summed axis
-stays a loop (padding it with zeros would turn an infinity outside the slice into a NaN). Two
+is not widened (padding it with zeros would turn an infinity outside the slice into a NaN): the
+loop is cut into blocks sharing one product each instead (``strips``). Two
 operands reading one matrix at different places along their batch and free axes are both widened
 to one view (correlation's ``data[:, i] @ data[:, i + 1:]`` becomes ``data.T @ data``), whose
 product is a Gram matrix: one product in its adjoint, and BLAS ``syrk`` in native code.
@@ -30,9 +31,8 @@ from __future__ import annotations
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Push, Read, Ref, Slice, While,
                        apart, child_blocks, const_value, iter_reads, loop_range, op, same_ref, scalar, split_offset,
-                       stmt_reads, stmt_writes, substitute, walk)
-
-from .strips import strip_mine
+                       stmt_reads, stmt_writes, walk)
+from .strips import reads_var as _reads_var, strip_mine, value_at as _at
 
 # Below this many iterations one product gains too little over the loop's calls.
 _MIN_TRIPS = 8
@@ -130,14 +130,6 @@ class _Operand:
 
     def view(self, turn):
         return Read(Ref(self.ref.container, self.items, (1, 0) if turn else None))
-
-
-def _reads_var(e, v):
-    return any(r.ref.container is v for r in iter_reads(e))
-
-
-def _at(e, v, i):
-    return const_value(substitute(e, v, Const(i)))
 
 
 def _operand(e, v, lo, hi, written, free):

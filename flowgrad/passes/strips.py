@@ -32,6 +32,7 @@ BLOCK = 16
 
 
 def reads_var(e, v):
+    """Whether expression ``e`` reads scalar ``v``."""
     return any(r.ref.container is v for r in iter_reads(e))
 
 
