@@ -49,7 +49,7 @@ def variable_reused(C, A):
     return np.sum(C * C)
 
 
-def _args(m=7, n=9, seed=0):
+def _args(m=7, n=20, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((m, n)), rng.standard_normal((m, m)), rng.standard_normal((m, n))
 
@@ -59,14 +59,14 @@ def test_a_column_loop_splits_and_walks_rows(backend):
     C, A, B = _args()
     args = (1.3, C, A, B)
     text = flowgrad.jit(columns_then_rows, backend=backend).ir(*args)
-    assert "C[j_" in text and "0:+9] += " in text, text          # a row of C per iteration
+    assert "C[j_" in text and "0:+20] += " in text, text          # a row of C per iteration
     check_forward(columns_then_rows, args, backend=backend, rtol=1e-12)
     check_grad(columns_then_rows, args, (0, 1, 2, 3), backend=backend)
 
 
 def _pair(seed=1):
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((7, 9)), rng.standard_normal((7, 9))
+    return rng.standard_normal((7, 20)), rng.standard_normal((7, 20))
 
 
 @pytest.mark.parametrize("fn, args", [(private_between, _args()), (variable_read_after, _pair()),
@@ -78,3 +78,17 @@ def test_loops_that_must_keep_their_order_or_their_variable(fn, args):
         assert "C[j_" not in text, text          # the loop over j stays as it was
     check_forward(fn, args, rtol=1e-12)
     check_grad(fn, args, tuple(range(len(args))))
+
+
+def few_columns(C, A):
+    m, n = C.shape
+    for k in range(n):
+        C[:, k] += A[:, k] * 2.0
+    return np.sum(C * C)
+
+
+def test_a_loop_of_few_iterations_is_not_turned_inside_out():
+    # its iterations would become the elements of the statements inside: too few to vectorise
+    args = _pair()[0][:, :5].copy(), _pair()[1][:, :5].copy()
+    assert "C[j_" not in flowgrad.jit(few_columns).ir(*args)
+    check_grad(few_columns, args, (0, 1))

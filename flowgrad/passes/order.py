@@ -115,7 +115,15 @@ def _forward_block(stmts, reads, containers, namer):
     return out
 
 
+# Iterations a loop of the captured program needs for its interchange: they become the elements
+# of the statements inside, whose loops should be long enough to vectorise.
+_MIN_INNER = 16
+
+
 def _split_interchanged(loop, containers, namer):
+    start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
+    if None in (start, stop, step) or step < 1 or (stop - start) // step < _MIN_INNER:
+        return [loop]
     try:
         return [_interchanged(loop, containers, namer)]
     except _Unfit:
