@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import flowgrad
+from benchmarks.kernels import symm, trmm
 from oracle import check_forward, check_grad
 
 _PRODUCTS = [
@@ -118,25 +119,9 @@ def test_blocks_of_triangular_loops_native_backend(seed):
     _check(seed, "native", (40, 36, 5))
 
 
-def _trmm(alpha, A, B):
-    """A strict lower triangle's columns times the rows below: ranges ``[i + 1, m)``."""
-    m, n = B.shape
-    for i in range(m):
-        for j in range(n):
-            B[i, j] += A[i + 1:, i] @ B[i + 1:, j]
-            B[i, j] *= alpha
-    return np.sum(B * B) / (m * n)
-
-
-def _symm(alpha, beta, C, A, B):
-    """A strict lower triangle's rows times the rows above: ranges ``[0, i)``, read transposed."""
-    m, n = C.shape
-    for i in range(m):
-        for j in range(n):
-            C[:i, j] += alpha * B[i, j] * A[i, :i]
-            temp2 = B[:i, j] @ A[i, :i]
-            C[i, j] = beta * C[i, j] + alpha * B[i, j] * A[i, i] + alpha * temp2
-    return np.sum(C * C) / (m * n)
+# trmm's ranges ``[i + 1, m)`` (a strict lower triangle's columns times the rows below); symm's
+# ``[0, i)``, read transposed (its rows times the rows above)
+_trmm, _symm = trmm.kernel, symm.kernel
 
 
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
