@@ -10,7 +10,8 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
     CAPTURED  every mode, on the captured body: refuse complex calls without rules, size checks,
               fusion of temporaries, dead code, solves by Cholesky factors made triangular, late
               gathers, softmax shifts as constants, loops of products summed by matrix products,
-              loops' matrix products taken out of them, products read transposed (from another one,
+              independent column loops interchanged, loops' matrix products taken out of them
+              (triangular ones and their row updates in blocks), products read transposed (from another one,
               a Gram matrix's columns as its rows), arrays swept along their last axis stored
               with it first (native)
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
@@ -107,8 +108,8 @@ CAPTURED = [
     Step("late", "body", lambda b, u: gather_after_products(b, u.containers, u.namer)),
     Step("shifts", "body", lambda b, u: constant_shifts(b)),
     Step("contract", "body", lambda b, u: contract_product_loops(b, u.containers, u.namer)),
-    Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
     Step("order", "body", lambda b, u: interchange_forward_loops(b, set(u.outputs), u.containers, u.namer)),
+    Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
     Step("transposes", "body", lambda b, u: share_transposed_products(b)),
     Step("transposes", "body", lambda b, u: read_gram_rows(b)),
     Step("layout", "body", lambda b, u: permute_swept_arrays(b, u.containers, u.namer, u.outputs), when=native),

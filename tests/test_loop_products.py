@@ -162,3 +162,64 @@ def test_no_blocks_where_an_iteration_writes_what_the_block_product_reads():
     args = (rng.standard_normal((40, 40)) / 7, rng.standard_normal((40, 9)))
     assert "for block in range" not in flowgrad.grad(_writes_ahead, wrt=(0, 1)).source(*args)
     check_grad(_writes_ahead, args, (0, 1))
+
+
+# Row updates over a range that moves with the loop (symm's ``C[r, :] += alpha * B[i, :] * A[i, r]``
+# over ``r < i``, after its column loop is interchanged): the rows every iteration of a block adds to
+# receive one product after the block (``passes/strips.py``, ``_Update``).
+def _rows_above(A, B, C):
+    m = C.shape[0]
+    for i in range(m):
+        for r in range(i):
+            C[r, :] += 0.5 * B[i, :] * A[i, r]
+    return np.sum(C * np.tanh(C))
+
+
+def _columns_after(A, B, C):
+    m = C.shape[1]
+    for i in range(m):
+        for r in range(i + 1, m):
+            C[:, r] += B[i, :] * A[r, i]
+    return np.sum(np.sin(C))
+
+
+def _rows_read_back(A, B, C):
+    m = C.shape[0]
+    for i in range(m):
+        for r in range(i):
+            C[r, :] += B[i, :] * A[i, r]
+        C[i, :] = C[i, :] + 0.1 * np.sin(C[0, :])      # row 0: every block adds to it
+    return np.sum(C * C)
+
+
+def _update_args(fn, seed):
+    rng = np.random.default_rng(seed)
+    m, n = 43, 7
+    A = rng.standard_normal((m, m)) / np.sqrt(m)
+    B = rng.standard_normal((m, n))
+    C = rng.standard_normal((n, m) if fn is _columns_after else (m, n))
+    return A, B, C
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+@pytest.mark.parametrize("fn", [_rows_above, _columns_after])
+def test_row_updates_of_a_block_are_one_product(fn, backend):
+    args = _update_args(fn, 5)
+    source = flowgrad.grad(fn, wrt=(0, 1, 2), backend=backend).source(*args)
+    assert "for block in range" in source and "rank" in source
+    check_forward(fn, args, backend=backend, rtol=1e-10)
+    check_grad(fn, args, (0, 1, 2), backend=backend)
+
+
+def test_row_updates_stay_where_an_iteration_reads_the_rows_a_block_shares():
+    args = _update_args(_rows_read_back, 6)
+    assert "rank" not in flowgrad.grad(_rows_read_back, wrt=(0, 1, 2)).source(*args)
+    check_grad(_rows_read_back, args, (0, 1, 2))
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_symm_row_updates_in_blocks(backend):
+    args = symm.args("bench")
+    source = flowgrad.grad(symm.kernel, wrt=symm.WRT, backend=backend).source(*args)
+    assert "rank" in source
+    check_grad(symm.kernel, args, (0, 1, 2, 3, 4), backend=backend)

@@ -16,7 +16,8 @@ first axis (``x`` batched) or last (``y`` batched); the loop reads ``r[v - lo, .
 the product reads before the loop are those each iteration read), the loop does not read ``t``
 before the call nor anything outside the loop reads it. A slice that moves along the summed axis
 is not widened (padding it with zeros would turn an infinity outside the slice into a NaN): the
-loop is cut into blocks sharing one product each instead (``strips``). Two
+loop is cut into blocks sharing one product each instead (``strips``), as is a loop of row updates
+over a range moving with it (``C[r, :] += B[i, :] * A[i, r]`` over ``r < i``). Two
 operands reading one matrix at different places along their batch and free axes are both widened
 to one view (correlation's ``data[:, i] @ data[:, i + 1:]`` becomes ``data.T @ data``), whose
 product is a Gram matrix: one product in its adjoint, and BLAS ``syrk`` in native code.
@@ -95,7 +96,7 @@ def _lift(loop, root, containers, namer, outputs):
         new = _rewrite(loop, k, plan, containers, namer)
         if new is not None:
             return new
-    return None
+    return strip_mine(loop, None, None, lo, hi, written, containers, namer)
 
 
 def _count(stmts, c, reads=True):

@@ -20,11 +20,19 @@ the loop did not add; only the order of the sums changes. Legality: no iteration
 writes an element of what the block's product reads (checked iteration by iteration), so the
 product reads the values each iteration read. The derivative program then has one product per
 block, and its adjoint two.
+
+A loop over rows ``r`` in a range moving with ``v`` whose one statement adds ``u(v, r) * w(v, S)``
+to ``X[r, S]`` (symm's ``C[r, :] += alpha * B[i, :] * A[i, r]`` over ``r < i``, once ``order`` has
+interchanged its column loop) is blocked alike, with or without a product in the loop: each
+iteration adds to the rows only it reaches, and the rows every iteration of the block reaches
+receive ``U.T @ W`` once after the block (one BLAS call adding into ``X``). Legality: nothing
+else in the loop touches those rows, and nothing in it writes what ``u`` and ``w`` read.
 """
 from __future__ import annotations
 
-from ..ir.core import (I64, Assign, Call, Const, Container, For, Index, NewAxis, Read, Ref, Slice, apart,
-                       const_value, iter_reads, loop_range, op, scalar, stmt_writes, substitute, walk)
+from ..ir.core import (I64, Assign, Call, Const, Container, For, Index, NewAxis, Op, Read, Ref, Slice, apart,
+                       const_value, iter_reads, loop_range, op, scalar, split_offset, stmt_reads, stmt_writes,
+                       substitute, walk)
 
 # Iterations per block. The shared product has this many rows; each iteration still sums up to
 # this many terms itself.
@@ -170,23 +178,222 @@ def _untouched(loop, sides, first, blocks):
     return True
 
 
+class _Update:
+    """A loop ``for r in <range moving with v>`` whose one statement adds ``u(v, r) * w(v, S)``
+    (times factors the loop does not change) to ``X[r, S]`` (symm's ``C[r, :] += alpha * B[i, :] *
+    A[i, r]`` over ``r < i``): over a block of iterations of ``v``, the rows every iteration adds to
+    receive one product ``U.T @ W``. ``moves``, ``c`` and ``fixed`` describe the range of ``r`` as
+    ``_Side`` does a summed slice; ``u`` is the factor reading ``r``, ``ws`` the factors along
+    ``S``, ``scales`` the rest."""
+
+    def __init__(self, loop, moving, u, ws, scales):
+        self.loop, self.assign = loop, loop.body[0]
+        self.moves, self.c, self.fixed = moving
+        self.u, self.ws, self.scales = u, ws, scales
+
+
+def _factors(e):
+    if isinstance(e, Op) and e.name == "multiply":
+        return _factors(e.args[0]) + _factors(e.args[1])
+    return [e]
+
+
+def _roles(ref, v, r, written):
+    """Per item of ``ref``: ``("v", shift)`` for an index ``v + shift``, ``("r", shift)`` for
+    ``r + shift``, ``("s", None)`` for a slice, None for an index that is neither; or None where an
+    item reads ``v`` or ``r`` otherwise or something the loop writes."""
+    out = []
+    for it in ref.items:
+        exprs = (it.at,) if isinstance(it, Index) else (it.start, it.size, it.step) if isinstance(it, Slice) else ()
+        if isinstance(it, NewAxis) or any(x.ref.container in written - {v, r} for e in exprs for x in iter_reads(e)):
+            return None
+        if isinstance(it, Slice):
+            if any(reads_var(e, u) for e in exprs for u in (v, r)):
+                return None
+            out.append(("s", None))
+            continue
+        base, shift = split_offset(it.at)
+        var = base.ref.container if isinstance(base, Read) and not base.ref.items else None
+        if var in (v, r):
+            out.append(("v" if var is v else "r", shift))
+        elif reads_var(it.at, v) or reads_var(it.at, r):
+            return None
+        else:
+            out.append(None)
+    return out
+
+
+def _kinds(roles):
+    return sorted(x[0] for x in roles if x is not None)
+
+
+def _update(s, v, lo, hi, written):
+    """Loop ``s`` of the body of the loop over ``v`` as an ``_Update``, or None."""
+    if not (isinstance(s, For) and not s.reverse and const_value(s.step) == 1 and len(s.body) == 1):
+        return None
+    a, r = s.body[0], s.var
+    if not (isinstance(a, Assign) and a.accumulate and a.dst.perm is None) or a.dst.container.dtype.kind != "f":
+        return None
+    x = a.dst.container
+    dst = _roles(a.dst, None, r, written)
+    if dst is None or _kinds(dst) != ["r", "s"] or ("r", 0) not in dst:
+        return None
+    extent = const_value(x.shape[dst.index(("r", 0))])
+    moving = _moving(Slice(s.start, op("subtract", s.stop, s.start), 1), v, lo, hi, extent)
+    if moving is None:
+        return None
+    u, ws, scales = [], [], []
+    for f in _factors(a.expr):
+        if not any(x.ref.container in written | {r} for x in iter_reads(f)) and f.shape == ():
+            scales.append(f)
+            continue
+        if not isinstance(f, Read) or f.ref.perm is not None or f.ref.container in written | {x} \
+                or f.ref.container.dtype != x.dtype:
+            return None
+        roles = _roles(f.ref, v, r, written)
+        kinds = None if roles is None else _kinds(roles)
+        if kinds == ["r", "v"]:
+            u.append(f)
+        elif kinds == ["s", "v"]:
+            ws.append(f)
+        else:
+            return None
+    if len(u) != 1 or not ws:
+        return None
+    return _Update(s, moving, u[0], ws, scales)
+
+
+def _updates_apart(loop, upd, first, blocks, written):
+    """Whether nothing in the loop but ``upd``'s own statement touches an element of the rows
+    every iteration of a block adds to, so that their sums can wait until the block's end."""
+    v, x = loop.var, upd.assign.dst.container
+    fors = [s for s in walk(loop.body) if isinstance(s, For)]
+    ranges = {s.var: loop_range(s) for s in fors}
+    if any(r is None for r in ranges.values()):
+        return False
+    touches = [ref for s in walk(loop.body) if s is not upd.assign
+               for ref in [w for w in stmt_writes(s)] + [e.ref for e in stmt_reads(s)] if ref.container is x]
+    roles = _roles(upd.assign.dst, None, upd.loop.var, written)
+    for n in range(blocks):
+        b = first + n * BLOCK
+        shared = Ref(x, [_shared(upd, Const(b)) if role == ("r", 0) else it
+                         for it, role in zip(upd.assign.dst.items, roles)])
+        for i in range(b, b + BLOCK):
+            at = {u: tuple((substitute(e, v, Const(i)), k) for e, k in bounds) for u, bounds in ranges.items()}
+            if any(not apart(substitute(Read(ref), v, Const(i)).ref, shared, at) for ref in touches):
+                return False
+    return True
+
+
+def _block_view(read, v, r, vb, rows, written):
+    """``read`` over the block's iterations (its ``v`` index a slice of ``BLOCK``) and, where it
+    reads ``r``, over ``rows``; with its axes as ``(v, other)``."""
+    roles = _roles(read.ref, v, r, written)
+    items = []
+    for it, role in zip(read.ref.items, roles):
+        if role is not None and role[0] == "v":
+            it = Slice(op("add", vb, Const(role[1])), Const(BLOCK), 1)
+        elif role is not None and role[0] == "r":
+            it = Slice(op("add", rows.start, Const(role[1])), rows.size, 1)
+        items.append(it)
+    first = next(role for role in roles if role is not None)
+    return Ref(read.ref.container, items, None if first[0] == "v" else (1, 0))
+
+
+def _shared_sum(upd, v, vb, written, containers, namer):
+    """The statements adding, after a block's iterations, what they added to the rows they all
+    add to: ``t = matmul(U.T, W); X[rows, S] += t`` (``W`` a temporary where ``w`` has several
+    factors or a scale)."""
+    a, r = upd.assign, upd.loop.var
+    rows = _shared(upd, vb)
+    x = a.dst.container
+    out = []
+    ws = [Read(_block_view(w, v, r, vb, rows, written)) for w in upd.ws]
+    if len(ws) == 1 and not upd.scales:
+        w = ws[0]
+    else:
+        tmp = Container(namer("rows"), x.dtype, ws[0].ref.shape, "transient")
+        containers[tmp.name] = tmp
+        e = ws[0]
+        for f in ws[1:] + list(upd.scales):
+            e = op("multiply", e, f)
+        out.append(Assign(Ref(tmp), e, False, a.loc))
+        w = Read(Ref(tmp))
+    u = _block_view(upd.u, v, r, vb, rows, written)
+    roles = _roles(a.dst, None, r, written)
+    dst = Ref(x, [rows if role == ("r", 0) else it for it, role in zip(a.dst.items, roles)])
+    size = [it.size for it, role in zip(a.dst.items, roles) if role == ("s", None)][0]
+    if [role for role in roles if role is not None][0][0] == "r":
+        inputs, shape = [Read(Ref(u.container, u.items, (1, 0) if u.perm is None else None)), w], (rows.size, size)
+    else:
+        inputs, shape = [Read(Ref(w.ref.container, w.ref.items, (1, 0) if w.ref.perm is None else None)),
+                         Read(u)], (size, rows.size)
+    t = Container(namer("rank"), x.dtype, shape, "transient")
+    containers[t.name] = t
+    return out + [Call("matmul", inputs, [t], None, a.loc), Assign(dst, Read(Ref(t)), True, a.loc)]
+
+
 def strip_mine(loop, k, call, lo, hi, written, containers, namer):
-    """The statements standing for ``loop`` with the product ``call`` (at ``k`` in its body) cut
-    into blocks (see the module), or None."""
+    """The statements standing for ``loop`` cut into blocks (see the module), or None: with the
+    product ``call`` at ``k`` in its body (None: a loop of row updates only) and the row updates
+    (``_Update``) that block alike."""
     v = loop.var
-    x, y = _side(call.inputs[0], v, lo, hi, written, "m"), _side(call.inputs[1], v, lo, hi, written, "n")
-    if x is None or y is None or (x.shift is None) == (y.shift is None) or x.moves != y.moves:
+    first = blocks = lead = None
+    if call is not None:
+        x, y = _side(call.inputs[0], v, lo, hi, written, "m"), _side(call.inputs[1], v, lo, hi, written, "n")
+        if x is None or y is None or (x.shift is None) == (y.shift is None) or x.moves != y.moves:
+            return None
+        batched = x if x.shift is not None else y
+        if sum(r in ("k", "m", "n") for r in batched.roles) != 1:
+            return None                          # a batch of matrices: not one product
+        first, blocks = _blocks(x, lo, hi)
+        if (first, blocks) != _blocks(y, lo, hi) or blocks < 2 or not _untouched(loop, (x, y), first, blocks):
+            return None
+        lead = x
+    updates = {}
+    for kk, s in enumerate(loop.body):
+        upd = _update(s, v, lo, hi, written)
+        if upd is None or _blocks(upd, lo, hi)[1] < 2 or lead is not None and _blocks(upd, lo, hi) != (first, blocks):
+            continue
+        if _updates_apart(loop, upd, *_blocks(upd, lo, hi), written):
+            updates[kk] = upd
+            if lead is None:
+                lead = upd
+                first, blocks = _blocks(upd, lo, hi)
+    if call is None and not updates:
         return None
-    batched = x if x.shift is not None else y
-    if sum(r in ("k", "m", "n") for r in batched.roles) != 1:
-        return None                          # a batch of matrices: not one product
-    first, blocks = _blocks(x, lo, hi)
-    if (first, blocks) != _blocks(y, lo, hi) or blocks < 2 or not _untouched(loop, (x, y), first, blocks):
-        return None
-    t = call.outputs[0]
     b = Container(namer("block"), I64, ())
     containers[b.name] = b
     vb = scalar(b)
+    before, after, body = [], [], []
+    for kk, s in enumerate(loop.body):
+        if kk in updates:
+            own = _own(updates[kk], scalar(v), vb)
+            body.append(For(s.var, own.start, op("add", own.start, own.size), Const(1), s.body, False, s.loc))
+            after += _shared_sum(updates[kk], v, vb, written, containers, namer)
+        elif kk == k:
+            product, own, add = _blocked_product(call, x, y, v, vb, containers, namer)
+            before.append(product)
+            body += [own, add]
+        else:
+            body.append(s)
+    stop = first + blocks * BLOCK
+    out = []
+    if lead.moves == "stop" and first > lo:
+        out.append(For(v, Const(lo), Const(first), Const(1), loop.body, False, loop.loc))
+    out.append(For(b, Const(first), Const(stop), Const(BLOCK),
+                   before + [For(v, vb, op("add", vb, Const(BLOCK)), Const(1), body, False, loop.loc)] + after,
+                   False, loop.loc))
+    if lead.moves == "start" and stop < hi:
+        out.append(For(v, Const(stop), Const(hi), Const(1), loop.body, False, loop.loc))
+    return out
+
+
+def _blocked_product(call, x, y, v, vb, containers, namer):
+    """A block's shared product of ``call`` (before its iterations), and what each iteration
+    computes in its place: its own part of the product, plus its row of the shared one."""
+    t = call.outputs[0]
+    batched = x if x.shift is not None else y
     reads = []
     for side in (x, y):
         batch = Slice(op("add", vb, Const(side.shift)), Const(BLOCK), 1) if side.shift is not None else None
@@ -204,17 +411,7 @@ def strip_mine(loop, k, call, lo, hi, written, containers, namer):
     row = Index(op("subtract", scalar(v), vb))
     whole = [Slice(Const(0), n, 1) for n in t.shape]
     add = Assign(Ref(t, whole), Read(Ref(r, [row] + whole if batched is x else whole + [row])), True, call.loc)
-    body = loop.body[:k] + [own, add] + loop.body[k + 1:]
-    stop = first + blocks * BLOCK
-    out = []
-    if x.moves == "stop" and first > lo:
-        out.append(For(v, Const(lo), Const(first), Const(1), loop.body, False, loop.loc))
-    out.append(For(b, Const(first), Const(stop), Const(BLOCK),
-                   [product, For(v, vb, op("add", vb, Const(BLOCK)), Const(1), body, False, loop.loc)],
-                   False, loop.loc))
-    if x.moves == "start" and stop < hi:
-        out.append(For(v, Const(stop), Const(hi), Const(1), loop.body, False, loop.loc))
-    return out
+    return product, own, add
 
 
 __all__ = ["BLOCK", "strip_mine"]
