@@ -110,6 +110,7 @@ CAPTURED = [
     Step("contract", "body", lambda b, u: contract_product_loops(b, u.containers, u.namer)),
     Step("order", "body", lambda b, u: interchange_forward_loops(b, set(u.outputs), u.containers, u.namer)),
     Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
+    Step("order", "body", lambda b, u: interchange_forward_loops(b, set(u.outputs), u.containers, u.namer)),
     Step("transposes", "body", lambda b, u: share_transposed_products(b)),
     Step("transposes", "body", lambda b, u: read_gram_rows(b)),
     Step("layout", "body", lambda b, u: permute_swept_arrays(b, u.containers, u.namer, u.outputs), when=native),

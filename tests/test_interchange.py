@@ -92,3 +92,36 @@ def test_a_loop_of_few_iterations_is_not_turned_inside_out():
     args = _pair()[0][:, :5].copy(), _pair()[1][:, :5].copy()
     assert "C[j_" not in flowgrad.jit(few_columns).ir(*args)
     check_grad(few_columns, args, (0, 1))
+
+
+def elements(beta, C, P):
+    """A loop of statements on single elements, with a scalar private to an iteration."""
+    m, n = C.shape
+    for i in range(m):
+        for j in range(n):
+            t = P[i, j] * beta
+            C[i, j] = beta * C[i, j] + np.tanh(t)
+            C[i, j] = C[i, j] * t + P[i, j]
+    return np.sum(C * C)
+
+
+def elements_shifted(beta, C, P):
+    """Iteration j reads the element iteration j + 1 writes: the order matters."""
+    m, n = C.shape
+    for i in range(m):
+        for j in range(n - 1):
+            C[i, j] = beta * C[i, j + 1] + P[i, j]
+    return np.sum(C * C)
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_a_loop_on_single_elements_becomes_statements_over_them(backend):
+    C, P = _pair(2)
+    args = (0.7, C, P)
+    text = flowgrad.jit(elements, backend=backend).ir(*args)
+    assert "C[i, 0:+20] = " in text and "for j" not in text, text
+    check_forward(elements, args, backend=backend, rtol=1e-12)
+    check_grad(elements, args, (0, 1, 2), backend=backend)
+    text = flowgrad.jit(elements_shifted, backend=backend).ir(*args)
+    assert "for j" in text, text
+    check_grad(elements_shifted, args, (0, 1, 2), backend=backend)

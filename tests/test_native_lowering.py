@@ -39,7 +39,8 @@ def strided_matvec(A, x):
     for i in range(A.shape[1] - 1):
         row = x[: A.shape[0]] @ A[:, i + 1:]          # vector @ strided view
         col = A[:, i + 1:] @ x[i + 1: A.shape[1]]     # strided view @ vector
-        out += np.sum(row * row) + np.sum(col)
+        rows = A[1:, i + 1:].T @ x[1: A.shape[0]]     # transposed view @ vector: rows added
+        out += np.sum(row * row) + np.sum(col) + np.sum(np.sin(rows))
     return out
 
 

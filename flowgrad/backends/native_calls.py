@@ -345,7 +345,10 @@ _JAM = 4       # rows of ``v @ M`` per pass over the result
 def _lower_matvec(low, a, b, c, ind):
     """A product with a vector operand, as loops reading the operands where they are: BLAS would
     need a contiguous copy of a strided view, which costs as much as the product itself (one
-    pass over the matrix either way)."""
+    pass over the matrix either way). A transposed matrix times a vector (``B[:k, :].T @ x``) is
+    ``x @ B[:k, :]``: its rows are added, not its strided columns summed."""
+    if len(a.shape) == 2 and len(b.shape) == 1 and isinstance(a, Read) and a.ref.perm == (1, 0):
+        a, b = b, Read(Ref(a.ref.container, a.ref.items))
     if len(a.shape) == 1 and len(b.shape) == 2:
         # v @ M: rows of M scaled and added, the inner loop along M's rows, four rows per pass
         # (each element of the result is loaded and stored once per four rows, not per row)

@@ -100,7 +100,8 @@ def interchange_forward_loops(stmts, results, containers, namer):
     own (symm's ``C[:i, j] += a * A[i, :i]`` before ``C[i, j] = ...``), the loop is split in two
     first: its iterations being independent, running every iteration's leading statements before
     any iteration's others changes nothing, unless a value private to an iteration passes between
-    the two (then the loop stays as it is)."""
+    the two (then the loop stays as it is). A loop of statements on single elements becomes
+    statements over its iterations (``_vectorised``)."""
     return _forward_block(stmts, _Reads(stmts, results), containers, namer)
 
 
@@ -124,10 +125,11 @@ def _split_interchanged(loop, containers, namer):
     start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
     if None in (start, stop, step) or step < 1 or (stop - start) // step < _MIN_INNER:
         return [loop]
-    try:
-        return [_interchanged(loop, containers, namer)]
-    except _Unfit:
-        pass
+    for turn in (_interchanged, _vectorised):
+        try:
+            return [turn(loop, containers, namer)] if turn is _interchanged else turn(loop, containers, namer)
+        except _Unfit:
+            pass
     body = loop.body
     k = 0
     while k < len(body) and isinstance(body[k], Assign) and len(body[k].dst.shape) == 1:
@@ -245,12 +247,39 @@ def _interchanged(loop, containers, namer):
     if const_value(m) == 1 or any(not same_expr(s.dst.shape[0], m) for s in stmts) or \
             any(r.ref.container in written | {loop.var} for r in iter_reads(m)):
         raise _Unfit
-    _elementwise(stmts)
     j = Container(namer("j"), I64, ())
-    containers[j.name] = j
     vec = _Vectorise(loop, trips, m, scalar(j), written)
+    body = _over_iterations(vec, defs, stmts, containers, namer)
+    if vec.score <= 0:
+        raise _Unfit
+    containers[j.name] = j
+    return For(j, 0, m, 1, body, False, loop.loc)
+
+
+def _vectorised(loop, containers, namer):
+    """``loop`` (independent, running forwards) over statements on single elements (``t = p[j]``,
+    ``C[i, j] = beta * C[i, j] + t``) as statements over its iterations (``C[i, 0:n] = beta *
+    C[i, 0:n] + p[0:n]``): the derivative program then tapes and restores whole views where it
+    pushed one element per iteration. Raises ``_Unfit`` where a statement is not on elements."""
+    start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
+    trips = (stop - start + step - 1) // step
+    written = {w.container for s in walk(loop.body) for w in stmt_writes(s)}
+    k = 0
+    while k < len(loop.body) and _scalar_def(loop.body[k]):
+        k += 1
+    defs, stmts = loop.body[:k], loop.body[k:]
+    if not stmts or not all(isinstance(s, Assign) and s.dst.shape == () for s in stmts):
+        raise _Unfit
+    return _over_iterations(_Vectorise(loop, trips, None, Const(0), written), defs, stmts, containers, namer)
+
+
+def _over_iterations(vec, defs, stmts, containers, namer):
+    """The statements ``stmts`` (after the scalar definitions ``defs``, substituted into them) over
+    the loop's iterations, as ``vec`` rewrites them; a sum into one element over the iterations
+    becomes a ``sum``."""
+    _elementwise(stmts)
     for s in defs:
-        if not is_cheap(s.expr) or any(r.ref.container in written and r.ref.container not in vec.defs
+        if not is_cheap(s.expr) or any(r.ref.container in vec.written and r.ref.container not in vec.defs
                                        for r in iter_reads(s.expr)):
             raise _Unfit
         vec.defs[s.dst.container] = vec.expr(s.expr)
@@ -267,9 +296,7 @@ def _interchanged(loop, containers, namer):
                      Assign(dst, scalar(total), True, s.loc)]
         else:
             raise _Unfit
-    if vec.score <= 0:
-        raise _Unfit
-    return For(j, 0, m, 1, body, False, loop.loc)
+    return body
 
 
 def _scalar_def(s):
