@@ -375,6 +375,26 @@ def test_products_summed_into_a_block_of_columns_or_into_an_input_adjoint_are_bl
     assert any(re.search(r", g_W\[0:0 \+ 4, .*\]\)$", line) for line in sums), sums
 
 
+def transposed_operands(A, B, X):
+    m = A.shape[0]
+    P = A[2:, :].T @ X[: m - 2, :]          # a view read transposed on the left
+    Q = X[:, 1:4] @ B[:, 3:6].T             # and on the right
+    return np.sum(np.tanh(P)) + np.sum(Q * Q)
+
+
+def test_adjoints_of_operands_read_transposed_are_added_in_their_own_layout():
+    """Each adjoint is computed transposed (``X @ g.T`` where ``g @ X.T`` would need adding
+    through strided columns) and added by BLAS into the view itself."""
+    rng = np.random.default_rng(8)
+    args = (rng.standard_normal((9, 5)), rng.standard_normal((6, 8)), rng.standard_normal((7, 6)))
+    for backend in ("numpy", native):
+        check_grad(transposed_operands, args, (0, 1, 2), backend=backend)
+    src = flowgrad.grad(transposed_operands, wrt=(0, 1, 2), backend=native).source(*args)
+    sums = [line.strip() for line in src.splitlines() if "_rt.matmul_acc(" in line]
+    assert any(line.endswith(", g_A[2:2 + 7, 0:0 + 5])") for line in sums), src
+    assert any(line.endswith(", g_B[0:0 + 6, 3:3 + 3])") for line in sums), src
+
+
 def triangular_overwrites(x, w):
     for k in range(1, x.shape[0]):
         x[:k] = np.sin(x[:k]) * w + x[k]          # overwrites (and saves) k elements

@@ -129,6 +129,15 @@ def _swap_last(r):
     return Read(Ref(r.ref.container, r.ref.items, tuple(base[p] for p in perm)))
 
 
+def _untransposed(r):
+    """The view a matrix operand read transposed (``B[:k, :].T``) reads, untransposed; else None.
+    Its adjoint is computed transposed and added in the view's own layout, row by row (or by
+    BLAS adding into it), where the operand's adjoint would be added through strided columns."""
+    if isinstance(r, Read) and len(r.shape) == 2 and r.ref.perm == (1, 0):
+        return Read(Ref(r.ref.container, r.ref.items))
+    return None
+
+
 def is_gram(a, b):
     """Whether ``a @ b`` is a real Gram matrix: ``a`` is the transpose of the matrix ``b`` reads."""
     if not (isinstance(a, Read) and isinstance(b, Read) and len(a.shape) == len(b.shape) == 2):
@@ -164,6 +173,9 @@ def _vjp_matmul(ctx, call, gouts):
             stmts.append(Call("sum", [b * Read(Ref(g, items[:-1] + [NewAxis()] + items[-1:]))], [per],
                               {"axis": (nb - 1,), "keepdims": False}))
             stmts += ctx.accumulate(a, Read(Ref(per)))
+        elif na == nb == 2 and _untransposed(a) is not None:
+            # a matrix read transposed: its adjoint (g @ b.T).T = b @ g.T, in its own layout
+            stmts += ctx.via_temp(_untransposed(a), "matmul", [b, _swap_last(ga)], shape=a.shape[::-1])
         else:
             stmts += ctx.via_temp(a, "matmul", [ga, _swap_last(b)], shape=g.shape[:-2] + a.shape[-2:])
     if ctx.active(b):
@@ -178,6 +190,9 @@ def _vjp_matmul(ctx, call, gouts):
         elif nb == 1:     # (..., n, k) @ (k,): gb = sum over batch and n of a * g[..., None]
             contrib = a * Read(Ref(g, list(Ref(g).items) + [NewAxis()]))
             stmts += ctx.accumulate(b, contrib)
+        elif na == nb == 2 and _untransposed(b) is not None:
+            # read transposed: (a.T @ g).T = g.T @ a, in its own layout
+            stmts += ctx.via_temp(_untransposed(b), "matmul", [_swap_last(gb), a], shape=b.shape[::-1])
         elif nb == 2:     # (..., n, k) @ (k, m): gb = a.reshape(-1, k).T @ g.reshape(-1, m), one GEMM
             stmts += ctx.via_temp(b, "matmul_tn_flat", [a, gb], shape=b.shape)
         else:
