@@ -59,3 +59,20 @@ def test_nothing_changes_where_the_region_is_not_zero_before_or_not_covered(fn):
     cleared = [line for line in lines if line.startswith("    g_") and line.endswith("= 0.0")]
     assert cleared, "the loop still clears its region each iteration"
     check_grad(fn, _args(), (0, 1))
+
+
+def transposed_then_plain(x, y, A):
+    v = A @ x                                     # its adjoint sums into g_A as it is, after...
+    u = A.T @ y                                   # ...this one's, transposed: the first
+    return np.sum(u * u) + np.sum(np.sin(v))
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_a_zero_fill_covered_by_a_transposed_sum_goes(backend):
+    rng = np.random.default_rng(1)
+    args = (rng.standard_normal(6), rng.standard_normal(7), rng.standard_normal((7, 6)))
+    text = flowgrad.grad(transposed_then_plain, wrt=(0, 1, 2)).ir(*args)
+    lines = text[text.index("# backward"):].splitlines()
+    assert "  g_A = 0.0" not in lines, lines                # the transposed sum writes it first
+    assert any(line.startswith("  g_A[") and ".transpose(1, 0) = " in line for line in lines), lines
+    check_grad(transposed_then_plain, args, (0, 1, 2), backend=backend)

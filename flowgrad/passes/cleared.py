@@ -60,7 +60,8 @@ def _touches(s, c):
 
 
 def _box(ref):
-    """Per axis ``(start, stop)`` of a view with constant bounds and unit steps, or None."""
+    """Per axis of its container ``(start, stop)`` of a view with constant bounds and unit steps
+    (transposed or not: the elements are the same), or None."""
     box = []
     for it in ref.items:
         if isinstance(it, Index) and const_value(it.at) is not None:
@@ -70,7 +71,7 @@ def _box(ref):
             box.append((const_value(it.start), const_value(it.start) + const_value(it.size)))
         else:
             return None
-    return box if ref.perm is None else None
+    return box
 
 
 def _whole_box(c):
