@@ -29,7 +29,9 @@ _ORDERLESS = frozenset(("sum", "max", "min"))
 
 def permute_swept_arrays(stmts, containers, namer, outputs):
     """``stmts`` with the arrays swept along their last axis stored with it first (see the module)."""
-    chosen = _chosen(stmts, set(outputs))
+    # in name order: a set of containers iterates in the order of their addresses, and the
+    # generated source (the compiled-code cache's key) must not change from process to process
+    chosen = sorted(_chosen(stmts, set(outputs)), key=lambda c: c.name)
     if not chosen:
         return stmts
     moved = {}
