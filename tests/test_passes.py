@@ -1078,3 +1078,19 @@ def test_a_gram_matrix_is_read_by_rows(fn, make, wrt, rows, backend):
     check_grad(fn, args, wrt, backend=backend)
     forward = flowgrad.jit(fn, backend=backend).ir(*args)
     assert bool(re.search(r"\w+\[i, 0:\+", forward)) == rows, forward
+
+
+def product_into_rows(A, B, C):
+    C[2:7, :] += A[:, 1:6].T @ B
+    return np.sum(np.sin(C))
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_a_copy_read_transposed_is_read_from_its_original(backend):
+    """The product's adjoint ``g_t = g_C[2:7, :]`` is read transposed by ``A``'s; the copy goes."""
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((4, 8)), rng.standard_normal((4, 3)), rng.standard_normal((9, 3)))
+    text = flowgrad.grad(product_into_rows, wrt=(0, 1, 2), backend=backend).ir(*args)
+    backward = text[text.index("# backward"):]
+    assert "g_C[2:+5, 0:+3].transpose(1, 0)" in backward and "g_matmul = " not in backward, backward
+    check_grad(product_into_rows, args, (0, 1, 2), backend=backend)

@@ -146,8 +146,9 @@ def _expr(e, t, r):
 
 def _compose(r, sub):
     """The view of ``r``'s container that ``sub`` (a view of a copy of ``r``) reads, or None
-    when either view permutes or inserts axes."""
-    if r.perm is not None or sub.perm is not None or \
+    when ``r`` permutes axes or either view inserts them (``sub``'s own permutation, of the axes
+    the two views share in one order, stays)."""
+    if r.perm is not None or \
             any(isinstance(it, NewAxis) for it in tuple(r.items) + tuple(sub.items)):
         return None
     inner = iter(sub.items)
@@ -161,4 +162,4 @@ def _compose(r, sub):
             items.append(Index(it.start + at.at * it.step))
         else:
             items.append(Slice(it.start + at.start * it.step, at.size, at.step * it.step))
-    return Ref(r.container, items)
+    return Ref(r.container, items, sub.perm)
