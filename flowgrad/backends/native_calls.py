@@ -261,10 +261,14 @@ def lower_product_sum(low, s, dst, ind):
     ``matmul_tn_flat`` call, whose product is only added to ``dst`` (a view with contiguous rows):
     one BLAS call adding to ``dst``."""
     a, b = s.inputs
-    sa, sb = _operand_array(low, a, ind), _operand_array(low, b, ind)
     if s.op == "matmul_tn_flat":
+        sa, sb = _operand_array(low, a, ind), _operand_array(low, b, ind)
         sa = f"np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T"
         sb = f"np.ascontiguousarray({sb}).reshape(-1, {low.src(b.shape[-1])})"
+    else:
+        # views as they are: BLAS reads one with contiguous rows or columns through its leading
+        # dimension (``matmul_acc`` checks the strides, and copies any other)
+        sa, sb = (low.view_src(e.ref) if isinstance(e, Read) else _operand_array(low, e, ind) for e in (a, b))
     low.line(f"_rt.matmul_acc({sa}, {sb}, {low.view_src(dst)})", ind)
 
 
