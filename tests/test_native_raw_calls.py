@@ -29,8 +29,9 @@ def _views(base):
     }
 
 
+@pytest.mark.parametrize("accumulate", [True, False], ids=["matmul_acc", "matmul_into"])
 @pytest.mark.parametrize("out_kind", list(_views(np.zeros((8, 8)))))
-def test_matmul_acc_into_every_layout(out_kind):
+def test_matmul_acc_into_every_layout(out_kind, accumulate):
     from flowgrad.backends import native_runtime as rt
     rng = np.random.default_rng(3)
     a_base, b_base = rng.standard_normal((8, 8)), rng.standard_normal((8, 8))
@@ -45,8 +46,13 @@ def test_matmul_acc_into_every_layout(out_kind):
             continue                                    # a copy: nothing to corrupt
         expect_big = big.copy()
         expect = _views(expect_big[1:9, 1:9])[out_kind]
-        expect += a @ b
-        rt.matmul_acc(a, b, out)
+        if accumulate:
+            expect += a @ b
+            rt.matmul_acc(a, b, out)
+        else:
+            expect[...] = a @ b
+            out[...] = np.nan                           # BLAS must not read it
+            rt.matmul_into(a, b, out)
         np.testing.assert_allclose(big, expect_big, rtol=1e-13, atol=1e-13,
                                    err_msg=f"out {out_kind}, a {a_kind}, b {b_kind}")
 

@@ -292,6 +292,14 @@ def _lower_matmul(low, s, ind):
         else:
             low.line(f"{c.name} = _rt.linalg.gram({sb})", ind)
         return
+    if len(a.shape) == len(b.shape) == 2 and c.dtype == np.float64 and a.dtype == b.dtype == np.float64 and \
+            not any(r.ref.container is c for e in (a, b) for r in iter_reads(e)):
+        # views as they are: BLAS reads one with contiguous rows or columns through its leading
+        # dimension (``matmul_into`` checks the strides, and copies any other)
+        _out(low, s, ind)
+        va, vb = (low.view_src(e.ref) if isinstance(e, Read) else src for e, src in ((a, sa), (b, sb)))
+        low.line(f"_rt.matmul_into({va}, {vb}, {c.name})", ind)
+        return
     if len(a.shape) <= 2 and len(b.shape) <= 2:
         if c.ndim == 0:
             low.line(f"{c.name} = {_scalar_type(c.dtype)}(np.dot({sa}, {sb}))", ind)

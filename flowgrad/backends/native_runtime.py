@@ -114,18 +114,38 @@ def matmul_acc(a, b, out):
     columns of one). In column-major terms ``out.T += b.T @ a.T``. The strides are checked here,
     at run time, because BLAS writes through a raw pointer that no bounds check sees: any other
     layout (a reversed view, ``out[::-1]``) takes a product array and a NumPy sum instead."""
+    _gemm(a, b, out, 1.0)
+
+
+@_jit
+def matmul_into(a, b, out):
+    """``out[:, :] = a @ b``, as ``matmul_acc`` (``beta = 0``: BLAS never reads ``out``): operand
+    views with contiguous rows or columns are read where they lie, with no contiguous copy."""
+    _gemm(a, b, out, 0.0)
+
+
+@_jit
+def _gemm(a, b, out, beta):
     r, k = a.shape
     m = b.shape[1]
-    if r == 0 or m == 0 or k == 0:
+    if r == 0 or m == 0:
+        return
+    if k == 0:
+        if beta == 0.0:
+            out[:, :] = 0.0
         return
     ta, lda = _blas_layout(b)
     tb, ldb = _blas_layout(a)
     to, ldc = _blas_layout(out)
     if ta == 0 or tb == 0 or to != ord("n") or a.shape[1] != b.shape[0] or out.shape[0] != r or \
             out.shape[1] != m:
-        out += np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+        if beta == 0.0:
+            out[:, :] = np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+        else:
+            out += np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
         return
     scales = np.ones(2)
+    scales[1] = beta
     _XXGEMM(ord("d"), ta, tb, m, r, k, scales.ctypes.data, b.ctypes.data, lda, a.ctypes.data, ldb,
             scales.ctypes.data + 8, out.ctypes.data, max(ldc, m))
     linalg.alive(scales)
