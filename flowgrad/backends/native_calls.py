@@ -244,9 +244,21 @@ def _operand_array(low, e, ind):
     return tmp
 
 
+def _blas_views(a, b):
+    """Whether a product of ``a`` and ``b`` passes their views to BLAS as they lie: float64
+    matrices (``matmul_into`` and ``matmul_acc`` check the strides at run time)."""
+    return len(a.shape) == len(b.shape) == 2 and a.dtype == b.dtype == np.float64
+
+
 def _lower_matmul_tn_flat(low, s, ind):
     a, g = s.inputs
     c = s.outputs[0]
+    if _blas_views(a, g) and c.dtype == np.float64 and \
+            not any(r.ref.container is c for e in (a, g) for r in iter_reads(e)):
+        _out(low, s, ind)
+        va, vg = (low.view_src(e.ref) if isinstance(e, Read) else _operand_array(low, e, ind) for e in (a, g))
+        low.line(f"_rt.matmul_into({va}.T, {vg}, {c.name})", ind)
+        return
     sa, sg = _operand_array(low, a, ind), _operand_array(low, g, ind)
     product = (f"np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T, "
                f"np.ascontiguousarray({sg}).reshape(-1, {low.src(g.shape[-1])})")
@@ -261,7 +273,7 @@ def lower_product_sum(low, s, dst, ind):
     ``matmul_tn_flat`` call, whose product is only added to ``dst`` (a view with contiguous rows):
     one BLAS call adding to ``dst``."""
     a, b = s.inputs
-    if s.op == "matmul_tn_flat":
+    if s.op == "matmul_tn_flat" and not _blas_views(a, b):       # a batch: its rows flattened
         sa, sb = _operand_array(low, a, ind), _operand_array(low, b, ind)
         sa = f"np.ascontiguousarray({sa}).reshape(-1, {low.src(a.shape[-1])}).T"
         sb = f"np.ascontiguousarray({sb}).reshape(-1, {low.src(b.shape[-1])})"
@@ -269,6 +281,8 @@ def lower_product_sum(low, s, dst, ind):
         # views as they are: BLAS reads one with contiguous rows or columns through its leading
         # dimension (``matmul_acc`` checks the strides, and copies any other)
         sa, sb = (low.view_src(e.ref) if isinstance(e, Read) else _operand_array(low, e, ind) for e in (a, b))
+        if s.op == "matmul_tn_flat":
+            sa = f"{sa}.T"
     low.line(f"_rt.matmul_acc({sa}, {sb}, {low.view_src(dst)})", ind)
 
 
@@ -292,7 +306,7 @@ def _lower_matmul(low, s, ind):
         else:
             low.line(f"{c.name} = _rt.linalg.gram({sb})", ind)
         return
-    if len(a.shape) == len(b.shape) == 2 and c.dtype == np.float64 and a.dtype == b.dtype == np.float64 and \
+    if _blas_views(a, b) and c.dtype == np.float64 and \
             not any(r.ref.container is c for e in (a, b) for r in iter_reads(e)):
         # views as they are: BLAS reads one with contiguous rows or columns through its leading
         # dimension (``matmul_into`` checks the strides, and copies any other)
