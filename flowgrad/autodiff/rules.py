@@ -133,7 +133,8 @@ def _untransposed(r):
     """The view a matrix operand read transposed (``B[:k, :].T``) reads, untransposed; else None.
     Its adjoint is computed transposed and added in the view's own layout, row by row (or by
     BLAS adding into it), where the operand's adjoint would be added through strided columns."""
-    if isinstance(r, Read) and len(r.shape) == 2 and r.ref.perm == (1, 0):
+    if isinstance(r, Read) and len(r.shape) == 2 and r.ref.perm == (1, 0) and \
+            not any(isinstance(it, NewAxis) for it in r.ref.items):
         return Read(Ref(r.ref.container, r.ref.items))
     return None
 

@@ -125,11 +125,14 @@ def _split_interchanged(loop, containers, namer):
     start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
     if None in (start, stop, step) or step < 1 or (stop - start) // step < _MIN_INNER:
         return [loop]
-    for turn in (_interchanged, _vectorised):
-        try:
-            return [turn(loop, containers, namer)] if turn is _interchanged else turn(loop, containers, namer)
-        except _Unfit:
-            pass
+    try:
+        return [_interchanged(loop, containers, namer)]
+    except _Unfit:
+        pass
+    try:
+        return _vectorised(loop, containers, namer)
+    except _Unfit:
+        pass
     body = loop.body
     k = 0
     while k < len(body) and isinstance(body[k], Assign) and len(body[k].dst.shape) == 1:

@@ -244,7 +244,7 @@ def _update(s, v, lo, hi, written):
         return None
     u, ws, scales = [], [], []
     for f in _factors(a.expr):
-        if not any(x.ref.container in written | {r} for x in iter_reads(f)) and f.shape == ():
+        if not any(q.ref.container in written | {r} for q in iter_reads(f)) and f.shape == ():
             scales.append(f)
             continue
         if not isinstance(f, Read) or f.ref.perm is not None or f.ref.container in written | {x} \
