@@ -250,13 +250,19 @@ def _blas_views(a, b):
     return len(a.shape) == len(b.shape) == 2 and a.dtype == b.dtype == np.float64
 
 
+def _blas_operand(low, e, ind):
+    """A view for ``matmul_into`` or ``matmul_acc`` as it lies (they check its strides, and copy a
+    layout BLAS cannot walk); any other expression materialised."""
+    return low.view_src(e.ref) if isinstance(e, Read) else _operand_array(low, e, ind)
+
+
 def _lower_matmul_tn_flat(low, s, ind):
     a, g = s.inputs
     c = s.outputs[0]
     if _blas_views(a, g) and c.dtype == np.float64 and \
             not any(r.ref.container is c for e in (a, g) for r in iter_reads(e)):
         _out(low, s, ind)
-        va, vg = (low.view_src(e.ref) if isinstance(e, Read) else _operand_array(low, e, ind) for e in (a, g))
+        va, vg = _blas_operand(low, a, ind), _blas_operand(low, g, ind)
         low.line(f"_rt.matmul_into({va}.T, {vg}, {c.name})", ind)
         return
     sa, sg = _operand_array(low, a, ind), _operand_array(low, g, ind)
@@ -280,7 +286,7 @@ def lower_product_sum(low, s, dst, ind):
     else:
         # views as they are: BLAS reads one with contiguous rows or columns through its leading
         # dimension (``matmul_acc`` checks the strides, and copies any other)
-        sa, sb = (low.view_src(e.ref) if isinstance(e, Read) else _operand_array(low, e, ind) for e in (a, b))
+        sa, sb = _blas_operand(low, a, ind), _blas_operand(low, b, ind)
         if s.op == "matmul_tn_flat":
             sa = f"{sa}.T"
     low.line(f"_rt.matmul_acc({sa}, {sb}, {low.view_src(dst)})", ind)

@@ -235,15 +235,7 @@ def _interchanged(loop, containers, namer):
     """``loop`` (independent, running forwards) with the axis its statements walk outside and its
     own iterations as their elements (see the module); raises ``_Unfit`` where it does not apply or
     would not walk the written arrays more contiguously."""
-    start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
-    if None in (start, stop, step) or step < 1 or stop - start < 2 * step:
-        raise _Unfit
-    trips = (stop - start + step - 1) // step
-    written = {w.container for s in walk(loop.body) for w in stmt_writes(s)}
-    k = 0
-    while k < len(loop.body) and _scalar_def(loop.body[k]):
-        k += 1
-    defs, stmts = loop.body[:k], loop.body[k:]
+    trips, written, defs, stmts = _parts(loop)
     if not stmts or not all(isinstance(s, Assign) and len(s.dst.shape) == 1 for s in stmts):
         raise _Unfit
     m = stmts[0].dst.shape[0]
@@ -264,16 +256,24 @@ def _vectorised(loop, containers, namer):
     ``C[i, j] = beta * C[i, j] + t``) as statements over its iterations (``C[i, 0:n] = beta *
     C[i, 0:n] + p[0:n]``): the derivative program then tapes and restores whole views where it
     pushed one element per iteration. Raises ``_Unfit`` where a statement is not on elements."""
+    trips, written, defs, stmts = _parts(loop)
+    if not stmts or not all(isinstance(s, Assign) and s.dst.shape == () for s in stmts):
+        raise _Unfit
+    return _over_iterations(_Vectorise(loop, trips, None, Const(0), written), defs, stmts, containers, namer)
+
+
+def _parts(loop):
+    """``(trips, written, defs, stmts)`` of a loop with constant bounds and at least two
+    iterations: its trip count, the containers its body writes, and its body split after the
+    leading scalar definitions; raises ``_Unfit`` for any other loop."""
     start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
-    trips = (stop - start + step - 1) // step
+    if None in (start, stop, step) or step < 1 or stop - start < 2 * step:
+        raise _Unfit
     written = {w.container for s in walk(loop.body) for w in stmt_writes(s)}
     k = 0
     while k < len(loop.body) and _scalar_def(loop.body[k]):
         k += 1
-    defs, stmts = loop.body[:k], loop.body[k:]
-    if not stmts or not all(isinstance(s, Assign) and s.dst.shape == () for s in stmts):
-        raise _Unfit
-    return _over_iterations(_Vectorise(loop, trips, None, Const(0), written), defs, stmts, containers, namer)
+    return (stop - start + step - 1) // step, written, loop.body[:k], loop.body[k:]
 
 
 def _over_iterations(vec, defs, stmts, containers, namer):
