@@ -328,8 +328,10 @@ def _native_vjp(grad_fn, cotangent, wrt):
     """The ``(result, pullback)`` convention over a compiled function running forward and backward
     together for a given cotangent. A scalar result's pullback is linear in the cotangent, so one
     call with cotangent 1 serves every pullback."""
+    scalars = [w.ndim == 0 for w in wrt]
+
     def unpack(grads):
-        return tuple(g if w.ndim else g[0] for g, w in zip(grads, wrt))
+        return tuple(g[0] if s else g for g, s in zip(grads, scalars))
 
     def vjp_fn(*args):
         if cotangent.ndim == 0 and cotangent.dtype.kind == "c":
@@ -346,7 +348,7 @@ def _native_vjp(grad_fn, cotangent, wrt):
                 # Later pullbacks recompute, since the caller owns the arrays handed over.
                 mine = list(kept.pop() if kept else grad_fn(*args, 1.0)[1])
                 for k, g in enumerate(mine):
-                    if any(np.may_share_memory(g, h) for h in mine[:k]):
+                    if k and _overlaps(g, mine, k):
                         mine[k] = g = g.copy()      # a wrt named twice: its own array, scaled once
                     elif ct != 1.0:
                         g *= ct
@@ -429,8 +431,10 @@ class _Transform:
         names, single = self.resolve_wrt()
         arguments = self.bind(args) if arguments is None else arguments
         for n in names:
-            if n in arguments:
-                _check_wrt_value(n, arguments[n])
+            v = arguments.get(n, 0.0)
+            if type(v) is not float and not (type(v) is np.ndarray and v.dtype.kind in "fc"):
+                if n in arguments:
+                    _check_wrt_value(n, v)
         return names, single
 
     def resolve_wrt(self):
@@ -488,17 +492,23 @@ class _Transform:
             self.cache[key] = variant
         return variant, plan.params(), plan
 
-    def cache_key(self, args, arguments=None):
+    def cache_key(self, args, arguments=None, wrt=None):
+        """The signature a call's capture is cached under; ``wrt``: its ``wrt`` names, when
+        already checked (``wrt_names``)."""
         arguments = self.bind(args) if arguments is None else arguments
-        wrt = self.wrt_names(args, arguments)[0] if self.mode != "forward" else ()
+        if self.mode == "forward":
+            wrt = ()
+        elif wrt is None:
+            wrt = self.wrt_names(args, arguments)[0]
         key = [tuple(_arg_key(v, n, n in wrt) for n, v in arguments.items())]
         if self.mode != "forward":
             key.append(wrt)
         return tuple(key)
 
-    def compiled(self, args, arguments=None):
-        """The store-all specialisation for these arguments' signature (captured on first use)."""
-        key = self.cache_key(args, arguments)
+    def compiled(self, args, arguments=None, wrt=None):
+        """The store-all specialisation for these arguments' signature (captured on first use);
+        ``arguments`` and ``wrt`` as ``cache_key`` takes them."""
+        key = self.cache_key(args, arguments, wrt)
         entry = self.cache.get(key)
         if entry is not None and not entry.cap.current():
             self.drop_stale()
@@ -591,6 +601,14 @@ def _run_vjp(entry, args, ckpt_values=None):
     return entry.func(*entry.call_args(args, ckpt_values))
 
 
+def _overlaps(g, arrays, k):
+    """Whether array ``g`` may share memory with any of ``arrays[:k]``."""
+    for i in range(k):
+        if np.may_share_memory(g, arrays[i]):
+            return True
+    return False
+
+
 def _input_name(fn, name):
     """``name`` as an input of program object ``fn`` other than its arguments (a Fortran module
     variable, ``"module.name"``), else None."""
@@ -607,7 +625,7 @@ def _format_grads(entry, grads, wrt, single, args_by_name, fn=None):
     def leaf(g, v):
         if isinstance(v, np.ndarray):
             g = np.asarray(g, dtype=v.dtype).reshape(v.shape)
-            if any(np.may_share_memory(g, h) for h in arrays):
+            if arrays and _overlaps(g, arrays, len(arrays)):
                 g = g.copy()                # a wrt named twice gets arrays of its own
             arrays.append(g)
             return g
@@ -695,10 +713,10 @@ class value_and_grad(_Transform):
 
     def __call__(self, *args):
         arguments = self.bind(args)
-        entry = self.compiled(args, arguments)
+        wrt, single = self.wrt_names(args, arguments)
+        entry = self.compiled(args, arguments, wrt)
         _scalar_result(entry, self.__name__)
         entry, ckpt, _ = self.planned(args, entry)
-        wrt, single = self.wrt_names(args, arguments)
         value, pullback = _run_vjp(entry, args, ckpt)
         grads = pullback(1.0)
         return float(value), _format_grads(entry, grads, wrt, single, arguments, self.fn)
