@@ -272,6 +272,16 @@ class Lowering(ParallelNests, Located):
                                       or (_costly(e) and _smaller(e.shape, space))
                                       or any(self.hoistable(a, space) for a in e.args))
 
+    def hoisted_reads(self, e, space):
+        """The containers read by the parts of ``e`` that ``hoist`` evaluates ahead of a nest over
+        ``space``."""
+        if not isinstance(e, Op):
+            return set()
+        if _costly(e) and _smaller(e.shape, space) or \
+                _vector_math(e) and self.large(e.shape) and _full(e.args[0].shape, e.shape):
+            return {r.ref.container for r in iter_reads(e)}
+        return set().union(*(self.hoisted_reads(a, space) for a in e.args))
+
     def read(self, ref, idx, space):
         c = ref.container
         if c.ndim == 0:
@@ -407,7 +417,7 @@ class Lowering(ParallelNests, Located):
 
     def gather(self, stmts, k):
         """The loop-nest group starting at ``stmts[k]`` (see ``joins``), with the statements of
-        one element between its members, which run before the nest (``g_s = g / n`` between a
+        one element (or over another space, see ``elsewhere``) between its members, which run before the nest (``g_s = g / n`` between a
         forward's sum and its adjoint's element-wise write) or after it (``g_p += s1`` between two
         reductions; the restore of an element from a tape), and the pops binding a vector to the
         tape, which run before it where they can (a later member may read the vector: deriche's
@@ -420,9 +430,9 @@ class Lowering(ParallelNests, Located):
             return before, group, later
         for s in stmts[k + 1:]:
             if not s.dst.shape if isinstance(s, Assign) else isinstance(s, (Push, Pop)) and \
-                    (not s.ref.shape or self.binds(s)):
-                pending.append(s)             # one element, computed, saved or restored; a vector bound to the tape
-                continue
+                    (not s.ref.shape or self.binds(s)) or self.elsewhere(group, s):
+                pending.append(s)             # one element, computed, saved or restored; a vector bound to the
+                continue                      # tape; a statement over another space
             if not self.joins(group, s) or any(_conflict(d, s) for d in later):
                 break
             up = []                         # what ``s`` needs, directly or through another
@@ -442,6 +452,16 @@ class Lowering(ParallelNests, Located):
             pending = []
         return before, group, later
 
+    def elsewhere(self, group, s):
+        """Whether ``s`` is an element-wise statement over another iteration space than
+        ``group``'s, which may run before or after its nest as one element's statements do: a
+        softmax's row sums join the nest computing the exponentials past the push saving the
+        sums' old values and the fill starting them."""
+        if not (isinstance(s, (Assign, Push, Pop)) and _view(s).shape):
+            return False
+        shape, view = self.space(group), _view(s).shape
+        return len(view) != len(shape) or not all(same_expr(a, b) for a, b in zip(view, shape))
+
     def fusable(self, s):
         if isinstance(s, (Push, Pop)):
             return self.copies_elements(s)
@@ -450,7 +470,7 @@ class Lowering(ParallelNests, Located):
         if not (isinstance(s, Assign) and s.dst.container.ndim > 0 and len(s.dst.shape) > 0):
             return False
         allocates = s.dst.is_whole() and not s.accumulate and self.needs_allocation(s.dst.container)
-        return not allocates and not self.needs_temp(s) and not self.hoistable(s.expr, s.dst.shape)
+        return not allocates and not self.needs_temp(s)
 
     def copies_elements(self, s):
         """Whether push or pop ``s`` copies its view element by element between its container and
@@ -472,7 +492,7 @@ class Lowering(ParallelNests, Located):
         """The expression ``s`` reduces to one value over an iteration space of its own, or to one
         value per row of it, when it can share a loop nest (see ``joins``), else None."""
         x = (whole_reduction(s) or row_reduction(s) or _lead_along_rows(s)) if isinstance(s, Call) else None
-        if x is None or not x.shape or self.hoistable(x, x.shape):
+        if x is None or not x.shape:
             return None
         return x
 
@@ -495,6 +515,10 @@ class Lowering(ParallelNests, Located):
         if len(set().union(*map(_arrays, group + [s]))) > self.STREAMS:
             return False
         x = self.reduces(s)
+        e = x if x is not None else _element_parts(s)[1] if isinstance(s, (Assign, Push, Pop)) else None
+        written = {w.container for g in group for w in stmt_writes(g)}
+        if any(c in written for c in self.hoisted_reads(e, shape)):
+            return False            # its hoisted parts run before the nest (see ``fused``)
         if x is not None:
             if len(x.shape) != len(shape) or not all(same_expr(a, b) for a, b in zip(x.shape, shape)):
                 return False
@@ -561,6 +585,11 @@ class Lowering(ParallelNests, Located):
                  for lead in [lead_reduction(s)] if lead is not None}
         rows = {id(s) for s in reductions if whole_reduction(s) is None and id(s) not in leads}
         pairs = [_element_parts(s)[:2] for s in members] + [(None, s.inputs[0]) for s in reductions]
+        # costly parts of a smaller shape, and large vector math, run ahead of the nest (``joins``
+        # let in only statements whose hoisted parts read nothing the group writes): a layer
+        # norm's adjoint computes ``sqrt(var + eps)`` per row once and still fuses its passes
+        memo = {}
+        pairs = [(dst, self.hoist(e, self.space(group), ind, memo)) for dst, e in pairs]
         parallel = not reductions and self.splits(self.space(group), pairs)
         if rows or leads:
             shape = self.space(group)          # rows stay rows: no trailing axes merged

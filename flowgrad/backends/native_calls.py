@@ -40,12 +40,15 @@ def _reduce_axes(call, ndim):
 
 _INIT = {"sum": "0", "prod": "1", "max": "-np.inf", "min": "np.inf"}
 _COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
+# the reductions by how they combine: ``max_const`` (a softmax's shift, a constant to the
+# derivative) is a maximum to the lowering, and so joins the nest computing its operand
+_REDUCING = {"sum": "sum", "prod": "prod", "max": "max", "min": "min", "max_const": "max"}
 
 
 def reduction_start(s):
     """``(initial value, combine format)`` of reduction call ``s`` (sum/prod/max/min)."""
     c = s.outputs[0]
-    op = "sum" if s.op == "sum_to" else s.op
+    op = "sum" if s.op == "sum_to" else _REDUCING[s.op]
     init = _INIT[op]
     if c.dtype.kind in "iub" and op in ("max", "min"):
         init = "-(1 << 62)" if op == "max" else "(1 << 62)"
@@ -59,7 +62,7 @@ def whole_reduction(s):
     if s.outputs[0].ndim:
         return None
     x = s.inputs[0] if s.inputs else None
-    if s.op in _COMBINE and s.attrs.get("axis") is None:
+    if s.op in _REDUCING and s.attrs.get("axis") is None:
         return x
     if s.op == "sum_to" and len(x.shape) == len(s.attrs["full"]) and \
             all(same_expr(a, b) for a, b in zip(x.shape, s.attrs["full"])):
@@ -74,7 +77,7 @@ def row_reduction(s):
     x = s.inputs[0] if s.inputs else None
     if x is None or len(x.shape) < 2 or not c.ndim:
         return None
-    if s.op in _COMBINE:
+    if s.op in _REDUCING:
         if [a % len(x.shape) for a in _reduce_axes(s, len(x.shape))] != [len(x.shape) - 1]:
             return None
         return x
@@ -95,7 +98,7 @@ def lead_reduction(s):
     if x is None or len(x.shape) < 2 or not c.ndim:
         return None
     n = len(x.shape)
-    if s.op in _COMBINE:
+    if s.op in _REDUCING:
         axes = sorted(a % n for a in _reduce_axes(s, n))
         r = len(axes)
         if axes != list(range(r)) or r >= n:

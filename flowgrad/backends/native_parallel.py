@@ -27,8 +27,8 @@ class ParallelNests:
     # calls lowered to loops of their own; any other (a matrix product, a solve, a convolution) calls a library
     LOOP_CALLS = frozenset({
         "check_index", "check_sizes", "trip_count", "ckpt_slots", "ckpt_schedule", "ckpt_segment", "ckpt_rows",
-        "sum", "prod", "max", "min", "argmax", "argmin", "reshape", "cumsum", "triu", "tril", "eye", "arange",
-        "argsort", "searchsorted", "gather", "gather_last", "add_at", "scatter", "mask_gather", "mask_scatter",
+        "sum", "prod", "max", "max_const", "min", "argmax", "argmin", "reshape", "cumsum", "triu", "tril", "eye",
+        "arange", "argsort", "searchsorted", "gather", "gather_last", "add_at", "scatter", "mask_gather", "mask_scatter",
         "mask_add", "sum_to", "bincount"})
 
     def parallel_mode(self, body):
