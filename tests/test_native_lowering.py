@@ -1019,3 +1019,22 @@ def test_a_hoisted_part_reading_what_the_nest_writes_keeps_its_own_nest():
     check_grad(written_then_hoisted, args, ("x", "y"), backend=native)
     src = flowgrad.jit(written_then_hoisted, backend=native).source(*args)
     assert "np.log1p" in src
+
+
+def transposed_products(A, x, y):
+    # A.T @ y and A @ x: the adjoints of both, for A and for the vectors, in one pass over A
+    return np.sum((A.T @ y) ** 2) + np.sum(np.tanh(A @ x))
+
+
+def test_adjoints_of_a_matrix_read_transposed_share_the_pass_over_it():
+    rng = np.random.default_rng(17)
+    args = (rng.standard_normal((30, 20)), rng.standard_normal(20), rng.standard_normal(30))
+    check_grad(transposed_products, args, ("A", "x", "y"), backend=native)
+    check_grad(transposed_products, args, ("A", "x", "y"), backend="numpy")
+    src = flowgrad.grad(transposed_products, wrt=("A", "x", "y"), backend=native).source(*args)
+    backward = src[src.index("flush_subnormals"):]
+    # g_A is written in one nest over A's rows: set there once and added to in the same nest
+    nests = re.findall(r"\n(\s+)for _i\d+ in range\(30\):\n(?:\1    .*\n)*?\1    for _i\d+ in range\(20\):\n"
+                       r"((?:\1        .*\n)+)", backward)
+    writes = [body for _, body in nests if "g_A[" in body]
+    assert len(writes) == 1 and "g_A[" in writes[0] and "+=" in writes[0], backward

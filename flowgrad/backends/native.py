@@ -429,8 +429,8 @@ class Lowering(ParallelNests, Located):
         if not (self.fusable(stmts[k]) or self.reduces(stmts[k])):
             return before, group, later
         for s in stmts[k + 1:]:
-            if not s.dst.shape if isinstance(s, Assign) else isinstance(s, (Push, Pop)) and \
-                    (not s.ref.shape or self.binds(s)) or self.elsewhere(group, s):
+            if (not s.dst.shape if isinstance(s, Assign) else isinstance(s, (Push, Pop)) and
+                    (not s.ref.shape or self.binds(s))) or self.elsewhere(group, s):
                 pending.append(s)             # one element, computed, saved or restored; a vector bound to the
                 continue                      # tape; a statement over another space
             if not self.joins(group, s) or any(_conflict(d, s) for d in later):
@@ -453,14 +453,14 @@ class Lowering(ParallelNests, Located):
         return before, group, later
 
     def elsewhere(self, group, s):
-        """Whether ``s`` is an element-wise statement over another iteration space than
-        ``group``'s, which may run before or after its nest as one element's statements do: a
-        softmax's row sums join the nest computing the exponentials past the push saving the
-        sums' old values and the fill starting them."""
+        """Whether ``s`` is an element-wise statement over a space much smaller than ``group``'s
+        (a row or a column of it), which may run before or after its nest as one element's
+        statements do: a softmax's row sums join the nest computing the exponentials past the
+        push saving the sums' old values and the fill starting them. Not a statement as large
+        as the nest, which may share a nest of its own with its neighbours."""
         if not (isinstance(s, (Assign, Push, Pop)) and _view(s).shape):
             return False
-        shape, view = self.space(group), _view(s).shape
-        return len(view) != len(shape) or not all(same_expr(a, b) for a, b in zip(view, shape))
+        return _much_smaller(_view(s).shape, self.space(group))
 
     def fusable(self, s):
         if isinstance(s, (Push, Pop)):
@@ -1043,6 +1043,24 @@ HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import nativ
           "from flowgrad.checkpoint import schedules as _ckpt\n\n"
           "_jit = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'})\n"
           "_jit_parallel = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'}, parallel=_rt.PRANGE)\n\n")
+
+
+def _much_smaller(view, space):
+    """Whether a nest over ``view`` runs a small part of the elements of one over ``space``: a
+    quarter or less of them where both sizes are known, else fewer axes of more than one
+    element, each one of ``space``'s."""
+    sizes = [const_value(d) for d in view], [const_value(d) for d in space]
+    if None not in sizes[0] and None not in sizes[1]:
+        return 4 * int(np.prod(sizes[0])) <= int(np.prod(sizes[1]))
+    rest = list(space)
+    for d in view:
+        if const_value(d) == 1:
+            continue
+        k = next((k for k, e in enumerate(rest) if same_expr(d, e)), None)
+        if k is None:
+            return False
+        del rest[k]
+    return any(const_value(d) != 1 for d in rest)
 
 
 def _static_shape(c, params):
