@@ -16,15 +16,16 @@ import re
 import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take, Ref,
-                       Slice, While, broadcast_shapes, const_value, is_cheap, iter_reads, same_expr, same_ref,
+                       Slice, While, const_value, is_cheap, iter_reads, same_expr, same_ref,
                        stmt_reads, stmt_writes, walk)
 from ..ir.elements import ELEMENTS
 from ..ir.printer import expr_text
 from . import Located
 from .native_calls import (CALL_LOWERING, _scalar_type, lead_reduction, lower_product_sum, new_array, reduction_start,
                            row_reduction, whole_reduction)
-from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _placed_reads, _product_sums,
-                          _reads, _reads_ahead, _reads_off, _tape_views, _view)
+from .native_collapse import CollapsedNests
+from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _much_smaller, _placed_reads,
+                          _product_sums, _reads_ahead, _reads_off, _tape_views, _view)
 from .native_kernel import (Deferred, Kernel, available, cache_dir, compile_source,  # noqa: F401 (the backend's
                             tiered)                                                   # interface)
 from .native_parallel import ParallelNests
@@ -56,10 +57,6 @@ def _vector_math(e):
     return e.name in VECTOR_MATH and (e.name, np.dtype(e.dtype)) not in _COMPILED_MATH
 
 
-def _takes(e):
-    return isinstance(e, Take) or isinstance(e, Op) and any(_takes(a) for a in e.args)
-
-
 def _costly(e):
     return not is_cheap(e)
 
@@ -77,7 +74,7 @@ def _smaller(shape, space):
 
 
 
-class Lowering(ParallelNests, Located):
+class Lowering(ParallelNests, CollapsedNests, Located):
     """Emits Numba-compilable source for a list of IR statements."""
 
     def __init__(self, containers, body=()):
@@ -673,72 +670,6 @@ class Lowering(ParallelNests, Located):
             if isinstance(s, Push):
                 self.line(f"{s.tape.name}_top += {size}", ind)
 
-    # ------------------------------------------------------------ collapsing trailing axes
-
-    def collapse(self, pairs, space, ind):
-        """Loop over the trailing axes of ``space`` as one axis where every view in ``pairs``
-        (``(destination or None, expression)``) allows it: each either covers those axes of its
-        container in full (its last axes, contiguous: it is read through a reshaped view) or is
-        broadcast along all of them (trailing new axes). A (64, 32, 8, 8) nest then runs as
-        (64, 32, 64): the short innermost loops cost more than their work (measured 6x on such a
-        batch-norm pass). Returns the rewritten pairs and space."""
-        if any(_takes(e) for _, e in pairs):
-            return pairs, space            # a take's positions are not those of its source
-        refs = [r for dst, e in pairs for r in ([dst] if dst is not None else []) + [x.ref for x in _reads(e)]]
-        refs = [r for r in refs if r.container.ndim]
-        for k in range(len(space), 1, -1):
-            if all(self.collapsible(r, space, k) for r in refs):
-                break
-        else:
-            return pairs, space
-        total = space[-k]
-        for d in space[len(space) - k + 1:]:
-            total = total * d
-        views = {}
-
-        def ref_of(r):
-            if not r.shape:
-                return r
-            if isinstance(r.items[-1], NewAxis):
-                return Ref(r.container, list(r.items[:-k]) + [NewAxis()], None)
-            key = id(r.container)
-            if key not in views:
-                c = r.container
-                flat = c.shape[:c.ndim - k] + (total,)
-                views[key] = Container(self.fresh("flat"), c.dtype, flat)
-                self.line(f"{views[key].name} = {c.name}.reshape({self.shape_tuple(flat)})", ind)
-            return Ref(views[key], list(r.items[:-k]) + [Slice(0, total, 1)], None)
-
-        def expr_of(e):
-            if isinstance(e, Read):
-                return Read(ref_of(e.ref))
-            if isinstance(e, Op):
-                args = [expr_of(a) for a in e.args]
-                return Op(e.name, args, e.dtype, broadcast_shapes(*[a.shape for a in args]))
-            return e
-        out = [(ref_of(dst) if dst is not None else None, expr_of(e)) for dst, e in pairs]
-        return out, tuple(space[:len(space) - k]) + (total,)
-
-    @staticmethod
-    def collapsible(r, space, k):
-        """Whether view ``r`` allows merging the last ``k`` axes of ``space`` (see ``collapse``)."""
-        if not r.shape:
-            return True                  # one element, read the same everywhere
-        if r.perm is not None or len(r.shape) > len(space) or len(r.shape) < k:
-            return False
-        tail = r.items[-k:]
-        if all(isinstance(it, NewAxis) for it in tail):
-            return True
-        if any(not isinstance(it, Slice) for it in tail):
-            return False
-        c = r.container
-        for j, it in enumerate(tail):
-            axis = c.ndim - k + j
-            if not (const_value(it.start) == 0 and const_value(it.step) == 1 and
-                    same_expr(it.size, c.shape[axis]) and same_expr(it.size, space[len(space) - k + j])):
-                return False
-        return True
-
     def _stmt(self, s, ind):
         if isinstance(s, Assign):
             self.assign(s, ind)
@@ -1043,24 +974,6 @@ HEADER = ("import numpy as np\nimport numba\nfrom flowgrad.backends import nativ
           "from flowgrad.checkpoint import schedules as _ckpt\n\n"
           "_jit = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'})\n"
           "_jit_parallel = numba.njit(cache=True, error_model='numpy', fastmath={'reassoc'}, parallel=_rt.PRANGE)\n\n")
-
-
-def _much_smaller(view, space):
-    """Whether a nest over ``view`` runs a small part of the elements of one over ``space``: a
-    quarter or less of them where both sizes are known, else fewer axes of more than one
-    element, each one of ``space``'s."""
-    sizes = [const_value(d) for d in view], [const_value(d) for d in space]
-    if None not in sizes[0] and None not in sizes[1]:
-        return 4 * int(np.prod(sizes[0])) <= int(np.prod(sizes[1]))
-    rest = list(space)
-    for d in view:
-        if const_value(d) == 1:
-            continue
-        k = next((k for k, e in enumerate(rest) if same_expr(d, e)), None)
-        if k is None:
-            return False
-        del rest[k]
-    return any(const_value(d) != 1 for d in rest)
 
 
 def _static_shape(c, params):

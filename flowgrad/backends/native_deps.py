@@ -4,10 +4,12 @@ array meet within a nest, which pops may bind a vector to the tape, and which pr
 BLAS sums into their destination."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from ..ir.core import (DISJOINT, F64, Assign, Call, Op, Pop, Push, Read, Slice, Take, child_blocks, const_value,
-                       iter_reads, reads_besides_sum, same_ref, stmt_reads, stmt_writes, view_offsets, walk)
+                       iter_reads, reads_besides_sum, same_expr, same_ref, stmt_reads, stmt_writes, view_offsets,
+                       walk)
 
 
 def _view(s):
@@ -157,3 +159,21 @@ def _conflict(a, b):
     if wa & wb and not all(isinstance(s, Assign) and s.accumulate for s in (a, b)):
         return True
     return bool(wa & rb or ra & wb)
+
+
+def _much_smaller(view, space):
+    """Whether a nest over ``view`` runs a small part of the elements of one over ``space``: a
+    quarter or less of them where both sizes are known, else fewer axes of more than one
+    element, each one of ``space``'s."""
+    sizes = [const_value(d) for d in view], [const_value(d) for d in space]
+    if None not in sizes[0] and None not in sizes[1]:
+        return 4 * math.prod(sizes[0]) <= math.prod(sizes[1])
+    rest = list(space)
+    for d in view:
+        if const_value(d) == 1:
+            continue
+        k = next((k for k, e in enumerate(rest) if same_expr(d, e)), None)
+        if k is None:
+            return False
+        del rest[k]
+    return any(const_value(d) != 1 for d in rest)
