@@ -63,7 +63,7 @@ def test_nothing_changes_where_the_region_is_not_zero_before_or_not_covered(fn):
 
 def transposed_then_plain(x, y, A):
     v = A @ x                                     # its adjoint sums into g_A as it is, after...
-    u = A.T @ y                                   # ...this one's, transposed: the first
+    u = A.T * y                                   # ...this one's, transposed: the first
     return np.sum(u * u) + np.sum(np.sin(v))
 
 
