@@ -414,14 +414,15 @@ class Lowering(ParallelNests, CollapsedNests, Located):
 
     def gather(self, stmts, k):
         """The loop-nest group starting at ``stmts[k]`` (see ``joins``), with the statements of
-        one element (or over another space, see ``elsewhere``) between its members, which run before the nest (``g_s = g / n`` between a
-        forward's sum and its adjoint's element-wise write) or after it (``g_p += s1`` between two
-        reductions; the restore of an element from a tape), and the pops binding a vector to the
-        tape, which run before it where they can (a later member may read the vector: deriche's
-        adjoint steps then run one nest each instead of four, its gradient 1.07x faster): one
-        that runs before touches nothing an earlier member or a statement moved after the nest
-        writes, nor writes what they read; one that runs after touches nothing a later member
-        writes, nor writes what it reads."""
+        one element (or of a much smaller space, see ``elsewhere``) between its members, which
+        run before the nest (``g_s = g / n`` between a forward's sum and its adjoint's
+        element-wise write) or after it (``g_p += s1`` between two reductions; the restore of an
+        element from a tape), and the pops binding a vector to the tape, which run before it
+        where they can (a later member may read the vector: deriche's adjoint steps then run one
+        nest each instead of four, its gradient 1.07x faster): one that runs before touches
+        nothing an earlier member or a statement moved after the nest writes, nor writes what
+        they read; one that runs after touches nothing a later member writes, nor writes what it
+        reads."""
         group, before, later, pending = [stmts[k]], [], [], []
         if not (self.fusable(stmts[k]) or self.reduces(stmts[k])):
             return before, group, later
