@@ -431,8 +431,9 @@ class _Transform:
         names, single = self.resolve_wrt()
         arguments = self.bind(args) if arguments is None else arguments
         for n in names:
-            v = arguments.get(n, 0.0)       # (a float or a float array passes at a glance)
-            if n in arguments and type(v) is not float and not (type(v) is np.ndarray and v.dtype.kind in "fc"):
+            # a float or a float array passes at a glance (and so does a name not among the arguments)
+            v = arguments.get(n, 0.0)
+            if type(v) is not float and not (type(v) is np.ndarray and v.dtype.kind in "fc"):
                 _check_wrt_value(n, v)
         return names, single
 

@@ -174,13 +174,13 @@ def _vjp_matmul(ctx, call, gouts):
     # matrix in a loop (symm's B[b:i, :].T @ a): its transposed write already runs row by row,
     # and a rank-one update in the own layout is stacked into products (``outer``), which ran
     # slower there (0.27 -> 0.31 ms)
-    column_major = nb == 1 and _plain_vector(b) and _untransposed(a) is not None and \
-        _untransposed(a).ref.is_whole()
+    untransposed = _untransposed(a)
+    column_major = nb == 1 and _plain_vector(b) and untransposed is not None and untransposed.ref.is_whole()
     if ctx.active(a):
         if column_major:  # a matrix read transposed: ga.T = b[:, None] * g[None, :], in its own layout
             contrib = Read(Ref(b.ref.container, list(b.ref.items) + [NewAxis()])) * \
                 Read(Ref(g, [NewAxis()] + list(Ref(g).items)))
-            stmts += ctx.accumulate(_untransposed(a), contrib)
+            stmts += ctx.accumulate(untransposed, contrib)
         elif nb == 1:     # (..., n, k) @ (k,) -> (..., n): ga = g[..., None] * b
             contrib = Read(Ref(g, list(Ref(g).items) + [NewAxis()])) * b
             stmts += ctx.accumulate(a, contrib)
@@ -192,9 +192,9 @@ def _vjp_matmul(ctx, call, gouts):
             stmts.append(Call("sum", [b * Read(Ref(g, items[:-1] + [NewAxis()] + items[-1:]))], [per],
                               {"axis": (nb - 1,), "keepdims": False}))
             stmts += ctx.accumulate(a, Read(Ref(per)))
-        elif na == nb == 2 and _untransposed(a) is not None:
+        elif na == nb == 2 and untransposed is not None:
             # a matrix read transposed: its adjoint (g @ b.T).T = b @ g.T, in its own layout
-            stmts += ctx.via_temp(_untransposed(a), "matmul", [b, _swap_last(ga)], shape=a.shape[::-1])
+            stmts += ctx.via_temp(untransposed, "matmul", [b, _swap_last(ga)], shape=a.shape[::-1])
         else:
             stmts += ctx.via_temp(a, "matmul", [ga, _swap_last(b)], shape=g.shape[:-2] + a.shape[-2:])
     if ctx.active(b):
@@ -208,7 +208,7 @@ def _vjp_matmul(ctx, call, gouts):
             stmts += ctx.accumulate(b, aexp * gexp)
         elif column_major:  # the rows of the matrix a reads transposed, each times g: one pass in its layout
             per = ctx.temp(b.shape, b.dtype, "gvec")
-            stmts.append(Call("sum", [_untransposed(a) * Read(Ref(g, [NewAxis()] + list(Ref(g).items)))], [per],
+            stmts.append(Call("sum", [untransposed * Read(Ref(g, [NewAxis()] + list(Ref(g).items)))], [per],
                               {"axis": (1,), "keepdims": False}))
             stmts += ctx.accumulate(b, Read(Ref(per)))
         elif nb == 1:     # (..., n, k) @ (k,): gb = sum over batch and n of a * g[..., None]

@@ -264,18 +264,20 @@ class Lowering(ParallelNests, CollapsedNests, Located):
             size *= v
         return size >= _VECTOR_MIN_SIZE
 
+    def ahead(self, e, space):
+        """Whether ``hoist`` evaluates element function ``e`` (in full) ahead of a nest over ``space``."""
+        return (_vector_math(e) and self.large(e.shape) and _full(e.args[0].shape, e.shape)) or \
+            (_costly(e) and _smaller(e.shape, space))
+
     def hoistable(self, e, space):
-        return isinstance(e, Op) and ((_vector_math(e) and self.large(e.shape) and _full(e.args[0].shape, e.shape))
-                                      or (_costly(e) and _smaller(e.shape, space))
-                                      or any(self.hoistable(a, space) for a in e.args))
+        return isinstance(e, Op) and (self.ahead(e, space) or any(self.hoistable(a, space) for a in e.args))
 
     def hoisted_reads(self, e, space):
         """The containers read by the parts of ``e`` that ``hoist`` evaluates ahead of a nest over
         ``space``."""
         if not isinstance(e, Op):
             return set()
-        if _costly(e) and _smaller(e.shape, space) or \
-                _vector_math(e) and self.large(e.shape) and _full(e.args[0].shape, e.shape):
+        if self.ahead(e, space):
             return {r.ref.container for r in iter_reads(e)}
         return set().union(*(self.hoisted_reads(a, space) for a in e.args))
 
