@@ -125,3 +125,45 @@ def test_a_loop_on_single_elements_becomes_statements_over_them(backend):
     text = flowgrad.jit(elements_shifted, backend=backend).ir(*args)
     assert "for j" in text, text
     check_grad(elements_shifted, args, (0, 1, 2), backend=backend)
+
+
+def forward_substitution(L, b):
+    """trisolv: the adjoint of ``x[i] -= L[i, j] * x[j]`` reads ``g_x[i]`` in a loop summing into
+    ``g_x[j]``, ``j < i``: a part no iteration writes."""
+    n = b.shape[0]
+    x = np.zeros(n)
+    for i in range(n):
+        x[i] = b[i]
+        for j in range(i):
+            x[i] -= L[i, j] * x[j]
+        x[i] = x[i] / L[i, i]
+    return np.sum(x * x) + np.sum(np.sin(x))
+
+
+def through_the_diagonal(L, b):
+    """``j`` reaches ``i``: the adjoint reads an element its last iteration writes."""
+    n = b.shape[0]
+    x = b.copy()
+    for i in range(n):
+        for j in range(i + 1):
+            x[i] = x[i] - 0.1 * L[i, j] * x[j]
+    return np.sum(x * x)
+
+
+def _backward(fn, args):
+    return flowgrad.grad(fn, wrt=(0, 1)).ir(*args).split("# backward")[1]
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_a_reversed_loop_reading_a_part_it_never_writes_becomes_statements(backend):
+    rng = np.random.default_rng(3)
+    n = 9
+    L = np.tril(rng.uniform(-1, 1, (n, n))) / n + np.diag(rng.uniform(1, 2, n))
+    args = (L, rng.standard_normal(n))
+    text = _backward(forward_substitution, args)
+    # the element is read once, ahead of the statements, where the loop has iterations (i > 0)
+    assert "for j" not in text and "if (maximum(0, i) > 0)" in text and "0:+maximum(0, i)] += " in text, text
+    check_grad(forward_substitution, args, (0, 1), backend=backend)
+    text = _backward(through_the_diagonal, args)
+    assert "for j in 0:(i + 1)" in text or "for j in reversed(0:(i + 1)" in text, text
+    check_grad(through_the_diagonal, args, (0, 1), backend=backend)

@@ -4,8 +4,9 @@ Needs: the backward sweep of a gradient. Changes: a loop ``for v in reversed(ran
 ``for v in range(...)`` when its iterations are independent but for sums, that is when each
 container the body writes is
 
-- written only in part ``v`` of one axis, and read there only (``g_B[k, :] += ...``, ``g_A[i, k]``):
-  iterations touch disjoint parts;
+- written only in part ``v`` of one axis, and read there only (``g_B[k, :] += ...``, ``g_A[i, k]``)
+  or in a part no iteration writes (``g_x[i]`` where ``j < i`` writes ``g_x[j]``): iterations
+  touch disjoint parts;
 - only summed into, and read by nothing else in the body (``g_alpha += s``): the sums commute, as
   they do where the compiled functions reassociate; or
 - written whole at the top of the body before anything in it reads it, read nowhere outside the
@@ -18,7 +19,11 @@ contiguous axis than the loop's (``g_A[:, i] = g * y``, ``g_y += g * A[:, i]`` o
 interchanged: the loop over that axis goes outside and the loop's iterations become the statements'
 elements (``g_A[j, :] = g_x * y[j]``, ``g_y[j] += sum(g_x * A[j, :])``). A sum into a part the loop
 does not move becomes a sum over the elements; a scalar the body defines from what it does not
-write is substituted into its uses. mvt's column-loop adjoint, which wrote ``g_A`` a column at a
+write is substituted into its uses. Else a loop of statements on single elements becomes
+statements over its iterations, bounds known or not (``g_x[0:i] += gold * L[i, 0:i]``), a scalar
+it defines from a part no iteration writes computed once ahead of them: trisolv's backward,
+whose inner loop re-read ``g_x[i]`` while writing ``g_x[j]`` and so did not vectorise, ran 2.3x
+faster (67 against 29 us at n = 300). mvt's column-loop adjoint, which wrote ``g_A`` a column at a
 time, ran 10x faster interchanged (23.7 against 2.3 ms at n = 2000): each row is now written in
 one contiguous pass.
 
@@ -31,9 +36,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..ir.core import (I64, Assign, Call, Const, Container, For, Index, NewAxis, Op, Pop, Push, Read, Ref, Slice,
-                       While, child_blocks, const_value, is_cheap, iter_reads, map_blocks, op, reads_besides_sum,
-                       same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
+from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
+                       Slice, While, apart, child_blocks, const_value, is_cheap, iter_reads, loop_range, map_blocks, op,
+                       reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
 
 
 def forward_independent_loops(stmts, results, containers, namer):
@@ -88,7 +93,11 @@ def _block(stmts, reads, containers, namer):
             try:
                 s = _interchanged(s, containers, namer)
             except _Unfit:
-                pass
+                try:
+                    out += _vectorised(s, containers, namer)
+                    continue
+                except _Unfit:
+                    pass
         out.append(s)
     return out
 
@@ -166,7 +175,7 @@ def _independent(loop, reads):
     for c in written:
         if c in private and not reads.outside(loop, c, inside[c]):
             continue
-        if not (_summed_only(c, body) or _own_part(c, body, loop.var)):
+        if not (_summed_only(c, body) or _own_part(c, body, loop)):
             return False
     return True
 
@@ -197,12 +206,15 @@ def _summed_only(c, body):
     return True
 
 
-def _own_part(c, body, var):
-    """Every access of ``c`` indexes one axis at the same position, ``var`` plus a constant."""
-    refs = [w for s in body for w in stmt_writes(s) if w.container is c] + \
-           [r.ref for s in body for r in stmt_reads(s) if r.ref.container is c]
+def _own_part(c, body, loop):
+    """Every write of ``c`` indexes one axis at the same position, ``var`` plus a constant, and
+    every read of it is there too or of a part no iteration writes (``g_x[i]`` in a loop writing
+    ``g_x[j]`` for ``j`` in ``range(0, i)``)."""
+    var = loop.var
+    writes = [w for s in body for w in stmt_writes(s) if w.container is c]
+    reads = [r.ref for s in body for r in stmt_reads(s) if r.ref.container is c]
     axis = at = None
-    for ref in refs:
+    for k, ref in enumerate(writes + reads):
         if ref.perm is not None or any(isinstance(it, NewAxis) for it in ref.items):
             return False
         if at is None:
@@ -211,9 +223,20 @@ def _own_part(c, body, var):
             if axis is None:
                 return False
             at = ref.items[axis].at
-        elif not (len(ref.items) > axis and isinstance(ref.items[axis], Index) and same_expr(ref.items[axis].at, at)):
+        elif not (len(ref.items) > axis and isinstance(ref.items[axis], Index) and same_expr(ref.items[axis].at, at)) \
+                and not (k >= len(writes) and _unwritten(ref, writes, loop, body)):
             return False
     return True
+
+
+def _unwritten(ref, writes, loop, body):
+    """Whether view ``ref``, read in ``body`` of ``loop``, is the same view in every iteration
+    and shares no element with the views ``writes`` any iteration writes."""
+    bounds = loop_range(loop)
+    varying = {loop.var} | {w.container for s in body for w in stmt_writes(s)}
+    if bounds is None or any(r.ref.container in varying for e in ref.index_exprs() for r in iter_reads(e)):
+        return False
+    return all(apart(ref, w, {loop.var: bounds}) for w in writes)
 
 
 def _shifted(e, var):
@@ -263,30 +286,43 @@ def _vectorised(loop, containers, namer):
 
 
 def _parts(loop):
-    """``(trips, written, defs, stmts)`` of a loop with constant bounds and at least two
-    iterations: its trip count, the containers its body writes, and its body split after the
-    leading scalar definitions; raises ``_Unfit`` for any other loop."""
+    """``(trips, written, defs, stmts)`` of a loop of positive constant step, with constant bounds
+    and at least two iterations or unit step and bounds it does not write: its trip count (an
+    expression for run-time bounds), the containers its body writes, and its body split after
+    the leading scalar definitions; raises ``_Unfit`` for any other loop."""
     start, stop, step = (const_value(e) for e in (loop.start, loop.stop, loop.step))
-    if None in (start, stop, step) or step < 1 or stop - start < 2 * step:
+    if step is None or step < 1:
+        raise _Unfit
+    if start is not None and stop is not None:
+        if stop - start < 2 * step:
+            raise _Unfit
+        trips = (stop - start + step - 1) // step
+    elif step == 1 and loop_range(loop) is not None:
+        trips = op("maximum", Const(0), op("subtract", loop.stop, loop.start))
+    else:
         raise _Unfit
     written = {w.container for s in walk(loop.body) for w in stmt_writes(s)}
     k = 0
     while k < len(loop.body) and _scalar_def(loop.body[k]):
         k += 1
-    return (stop - start + step - 1) // step, written, loop.body[:k], loop.body[k:]
+    return trips, written, loop.body[:k], loop.body[k:]
 
 
 def _over_iterations(vec, defs, stmts, containers, namer):
     """The statements ``stmts`` (after the scalar definitions ``defs``, substituted into them) over
     the loop's iterations, as ``vec`` rewrites them; a sum into one element over the iterations
-    becomes a ``sum``."""
+    becomes a ``sum``. A definition reading a part of a written container that no iteration
+    writes (``gold = g_x[i]`` in a loop summing into ``g_x[j]``, ``j < i``) is computed once,
+    ahead of the statements, where the loop runs at least once."""
     _elementwise(stmts)
+    body = []
     for s in defs:
-        if not is_cheap(s.expr) or any(r.ref.container in vec.written and r.ref.container not in vec.defs
-                                       for r in iter_reads(s.expr)):
+        if any(r.ref.container in vec.written and r.ref.container not in vec.defs for r in iter_reads(s.expr)):
+            body.append(_ahead(vec, s))
+            continue
+        if not is_cheap(s.expr):
             raise _Unfit
         vec.defs[s.dst.container] = vec.expr(s.expr)
-    body = []
     for s in stmts:
         dst = vec.ref(s.dst, weight=2)
         expr = vec.expr(s.expr)
@@ -300,6 +336,25 @@ def _over_iterations(vec, defs, stmts, containers, namer):
         else:
             raise _Unfit
     return body
+
+
+def _ahead(vec, s):
+    """Definition ``s`` computed once ahead of the loop's statements (``_over_iterations``);
+    raises ``_Unfit`` where its value may change from one iteration to the next."""
+    body = list(walk(vec.loop.body))
+    writes = {}
+    for t in body:
+        for w in stmt_writes(t):
+            writes.setdefault(w.container, []).append(w)
+    for r in iter_reads(s.expr):
+        c = r.ref.container
+        if c in vec.defs or c is vec.loop.var or c.ndim == 0 and c in writes and c not in vec.ahead or \
+                c in writes and not _unwritten(r.ref, writes[c], vec.loop, body):
+            raise _Unfit
+    vec.ahead.add(s.dst.container)
+    if const_value(vec.trips) is not None:
+        return s
+    return If(op("greater", vec.trips, Const(0)), [s], (), s.loc)
 
 
 def _scalar_def(s):
@@ -327,6 +382,7 @@ class _Vectorise:
     def __init__(self, loop, trips, m, j, written):
         self.loop, self.trips, self.m, self.j, self.written = loop, trips, m, j, written
         self.defs = {}
+        self.ahead = set()
         self.score = 0
 
     def expr(self, e):
@@ -336,7 +392,7 @@ class _Vectorise:
             c = e.ref.container
             if c in self.defs and len(e.ref.shape) <= 1:
                 return self.defs[c]
-            if c is self.loop.var or c.ndim == 0 and c in self.written:
+            if c is self.loop.var or c.ndim == 0 and c in self.written and c not in self.ahead:
                 raise _Unfit
             return Read(self.ref(e.ref, weight=1))
         if isinstance(e, Op):
