@@ -45,7 +45,7 @@ from .passes.hoist import factor_repeated_solves, hoist_factorizations, share_fa
 from .passes.lift_products import lift_loop_products
 from .passes.late import gather_after_products
 from .passes.layout import permute_swept_arrays
-from .passes.order import forward_independent_loops, interchange_forward_loops
+from .passes.order import fold_into_row_loops, forward_independent_loops, interchange_forward_loops
 from .passes.outer import defer_outer_products
 from .passes.pack import pack_strided_views
 from .passes.shifts import constant_shifts
@@ -140,6 +140,8 @@ REVERSE = [
     Step("hoist", "backward", lambda b, u: hoist_factorizations(b, u.containers, u.namer)),
     Step("hoist", "backward", lambda b, u: share_factorizations(u.sweeps["forward"], b)),
     Step("order", "backward", lambda b, u: forward_independent_loops(b, set(u.outputs), u.containers, u.namer)),
+    Step("order", "backward", lambda b, u: fold_into_row_loops(b, set(u.outputs), u.containers, u.namer),
+         when=native),
     Step("take", ("forward", "backward"), lambda bs, u: list(fuse_gathers(*bs)), when=native, joint=True),
     Step("pack", ("forward", "backward"), lambda b, u: pack_strided_views(b, u.containers, u.namer),
          when=native),

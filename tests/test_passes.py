@@ -247,6 +247,42 @@ def test_values_no_adjoint_reads_are_not_taped(backend):
     assert _pushes_in_innermost_loops(ir)
 
 
+def row_then_sum(A, x):
+    """atax: ``tmp[i]`` overwrites a zero; the adjoint reads ``tmp[i]`` before restoring it, and
+    the restores of the other iterations put back other elements."""
+    m, n = A.shape
+    y = np.zeros(n)
+    tmp = np.zeros(m)
+    for i in range(m):
+        tmp[i] = np.tanh(A[i, :] @ x)
+        y += A[i, :] * tmp[i]
+    return np.sum(y * y)
+
+
+def row_then_sum_reading_the_last(A, x):
+    """Iteration i also reads ``tmp[i - 1]``, which the restore of the next pass backwards puts back."""
+    m, n = A.shape
+    y = np.zeros(n)
+    tmp = np.zeros(m)
+    for i in range(1, m):
+        tmp[i] = np.tanh(A[i, :] @ x) + 0.5 * tmp[i - 1] * tmp[i - 1]
+        y += A[i, :] * tmp[i]
+        tmp[i - 1] = 0.25 * tmp[i]
+    return np.sum(y * y) + np.sum(tmp * tmp)
+
+
+def test_restores_of_a_row_no_other_pass_reads_are_dropped(backend):
+    rng = np.random.default_rng(5)
+    args = (rng.standard_normal((8, 6)), rng.standard_normal(6))
+    check_grad(row_then_sum, args, ("A", "x"), backend=backend)
+    forward = flowgrad.grad(row_then_sum, wrt=("A", "x"), backend=backend).ir(*args).split("# backward")[0]
+    assert "push " not in forward, forward
+    check_grad(row_then_sum_reading_the_last, args, ("A", "x"), backend=backend)
+    forward = flowgrad.grad(row_then_sum_reading_the_last, wrt=("A", "x"),
+                            backend=backend).ir(*args).split("# backward")[0]
+    assert "push " in forward, forward
+
+
 def csr_rows(indptr, indices, data, x):
     n = indptr.shape[0] - 1
     y = np.zeros(n)
@@ -449,6 +485,50 @@ def test_reversed_loops_whose_iterations_commute_run_forwards(backend):
     check_grad(running_sum, args, ("x",), backend=backend)
     backward = flowgrad.grad(running_sum, wrt=("x",), backend=backend).ir(*args).split("# backward")[1]
     assert "for k in reversed(" in backward, backward
+
+
+def rows_and_whole(A, p, r):
+    """bicg: the adjoint of the row loop writes g_A a row at a time; the adjoint of the product
+    ``A @ p`` (lifted out of the loop) writes all of g_A after it, and sums over its rows."""
+    m, n = A.shape
+    s = np.zeros(n)
+    q = np.zeros(m)
+    for i in range(m):
+        s += r[i] * A[i, :]
+        q[i] = A[i, :] @ p
+    return np.sum(s * s) + np.sum(q * q)
+
+
+def test_statements_over_rows_fold_into_the_row_loop_beside_them(backend):
+    rng = np.random.default_rng(21)
+    args = (rng.standard_normal((12, 9)), rng.standard_normal(9), rng.standard_normal(12))
+    check_grad(rows_and_whole, args, ("A", "p", "r"), backend=backend)
+    backward = flowgrad.grad(rows_and_whole, wrt=("A", "p", "r"), backend=backend).ir(*args).split("# backward")[1]
+    if backend == "native":       # one pass over A and g_A; g_p summed from zero a row at a time
+        assert "g_A += " not in backward and "g_A[i, 0:+9] += " in backward and "g_p = 0.0" in backward, backward
+    else:                         # NumPy's statements over the whole array stay
+        assert "g_A += " in backward, backward
+
+
+def test_a_row_a_later_iteration_writes_is_not_folded():
+    from flowgrad.ir.core import F64, I64, Assign, Container, For, Index, Read, Ref, Slice
+    from flowgrad.passes.order import fold_into_row_loops
+    m, n = 6, 4
+    X, A, Y = (Container(name, F64, shape) for name, shape in (("X", (m + 1, n)), ("A", (m, n)), ("Y", (m, n))))
+    i = Container("i", I64, ())
+
+    def program(shift):
+        row = [Index(Read(Ref(i, ()))), Slice(0, n)]
+        loop = For(i, 0, m, 1, [Assign(Ref(X, row), Read(Ref(A, [Index(Read(Ref(i, ()))), Slice(0, n)])))])
+        return [loop, Assign(Ref(Y), Read(Ref(X, [Slice(shift, m), Slice(0, n)])))]
+
+    names = iter(f"t{k}" for k in range(10))
+    # row i of Y reads row i of X, which iteration i writes: Y's rows join the loop
+    folded = fold_into_row_loops(program(0), {Y}, {}, lambda base: next(names))
+    assert len(folded) == 1 and len(folded[0].body) == 2
+    # row i of Y reads row i + 1, which iteration i + 1 writes after it: the statement stays after the loop
+    kept = fold_into_row_loops(program(1), {Y}, {}, lambda base: next(names))
+    assert len(kept) == 2 and len(kept[0].body) == 1
 
 
 def row_products(x, y, A):

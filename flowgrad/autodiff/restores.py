@@ -11,7 +11,8 @@ PolyBench's symm tapes i values per (i, j) that way: its gradient kept 0.6 milli
 """
 from __future__ import annotations
 
-from ..ir.core import For, If, child_blocks, iter_reads, same_ref, stmt_reads, stmt_writes, walk
+from ..ir.core import For, If, Index, NewAxis, Read, child_blocks, iter_reads, same_expr, same_ref, split_offset, stmt_reads, \
+    stmt_writes, walk
 
 
 def unobserved(backward, is_restore, replayed, inverses):
@@ -22,7 +23,10 @@ def unobserved(backward, is_restore, replayed, inverses):
     container or what the region's position depends on. Any other read (in a nested block, in
     the index of a restore, by an update run backwards (``inverses``) or by forward statements
     checkpointing re-runs in a loop (``replayed``: backward loop variable -> those statements))
-    keeps every restore of its container."""
+    keeps every restore of its container. A loop's next pass follows all of its restores, except
+    where each restore of the container in the loop, and each read of it there, is at one position
+    of one axis moving with the loop's variable (``g_A[i, :] = g * tmp[i]`` before restoring
+    ``tmp[i]``): the restores of the other passes put back other elements."""
     restores, covering, uncovered = {}, set(), set()
     seen = set()            # containers a restore may have written by the statement visited
 
@@ -53,7 +57,10 @@ def unobserved(backward, is_restore, replayed, inverses):
                 if isinstance(st, For) and st.var.name in replayed:
                     uncovered.update(rd.ref.container for t in walk(replayed[st.var.name]) for rd in stmt_reads(t))
                 if not isinstance(st, If):       # a loop's next pass follows all of its restores
-                    seen.update(t.ref.container for t in walk(blocks[0]) if is_restore(t))
+                    restored = [t for t in walk(blocks[0]) if is_restore(t)]
+                    own = _own_rows(st, restored, is_restore) - seen \
+                        if isinstance(st, For) and st.var.name not in replayed else set()
+                    seen.update(t.ref.container for t in restored if t.ref.container not in own)
                 for block in blocks:
                     visit(block)
                 inside = list(walk([st]))
@@ -70,3 +77,33 @@ def unobserved(backward, is_restore, replayed, inverses):
 
     visit(backward)
     return {id(r) for x, rs in restores.items() if x not in uncovered for r in rs if id(r) not in covering}
+
+
+def _own_rows(loop, restored, is_restore):
+    """The containers restored in ``loop`` (``restored``) that each restore and each read in it
+    index at one position, the loop's variable plus a constant, along one axis."""
+    refs = {}
+    for t in restored:
+        refs.setdefault(t.ref.container, []).append(t.ref)
+    for t in walk(loop.body):
+        if not is_restore(t):
+            for rd in stmt_reads(t):
+                refs.get(rd.ref.container, []).append(rd.ref)
+    own = set()
+    for x, views in refs.items():
+        at = [_moving(v, loop.var) for v in views]
+        if all(len(a) == 1 and a[0][0] == at[0][0][0] and same_expr(a[0][1], at[0][0][1]) for a in at):
+            own.add(x)
+    return own
+
+
+def _moving(view, var):
+    """``(axis, position)`` of each axis of its container that ``view`` indexes at ``var`` plus a
+    constant."""
+    axes = [it for it in view.items if not isinstance(it, NewAxis)]
+    return [(k, it.at) for k, it in enumerate(axes) if isinstance(it, Index) and _moves(it.at, var)]
+
+
+def _moves(e, var):
+    base = split_offset(e)[0]
+    return isinstance(base, Read) and base.ref.container is var

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
+from ..ir.core import (I64, Assign, as_expr, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
                        Slice, While, apart, child_blocks, const_value, is_cheap, iter_reads, loop_range, map_blocks, op,
                        reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
 
@@ -247,6 +247,130 @@ def _shifted(e, var):
         _shifted(e.args[0], var) and isinstance(e.args[1], Const)
 
 
+# ---------------------------------------------------------------- folding
+
+
+def fold_into_row_loops(stmts, results, containers, namer):
+    """``stmts`` (a backward sweep) with the statements over whole rows that follow a loop over
+    rows folded into it, one row an iteration (``for i: g_A[i, :] = g * r[i]`` then ``g_A +=
+    g_m[:, None] * p`` and ``g_p = sum_to(A * g_m[:, None])`` become ``for i: g_A[i, :] = g *
+    r[i]; g_A[i, :] += g_m[i] * p; g_p += A[i, :] * g_m[i]``), where the loop's iterations with
+    the rows added still commute (as ``forward_independent_loops`` asks): every pass over the
+    rows is then one pass. A sum over the rows that overwrites its destination sums into it
+    from zero, set ahead of the loop. For the compiled functions, whose nests share a row's
+    statements; NumPy's statements over whole arrays stay as they are. bicg's gradient read
+    ``A`` and wrote ``g_A`` twice: once in the loop and once in the two statements after it."""
+    return _fold_block(stmts, _Reads(stmts, results), containers, namer)
+
+
+def _fold_block(stmts, reads, containers, namer):
+    out = []
+    k = 0
+    while k < len(stmts):
+        s = map_blocks(stmts[k], lambda b: _fold_block(b, reads, containers, namer))
+        k += 1
+        if isinstance(s, For) and not s.reverse and const_value(s.step) == 1:
+            before, after, zeros = [], [], []
+            while out and _fold(out[-1], s, before, after, zeros, reads, containers, namer, ahead=True):
+                out.pop()
+            while k < len(stmts) and _fold(stmts[k], s, before, after, zeros, reads, containers, namer):
+                k += 1
+            if before or after:
+                out += [Assign(Ref(c), Const(0.0)) for c in zeros]
+                s = For(s.var, s.start, s.stop, s.step, before + s.body + after, False, s.loc)
+        out.append(s)
+    return out
+
+
+def _fold(t, loop, before, after, zeros, reads, containers, namer, ahead=False):
+    """Whether statement ``t`` folds into ``loop`` ahead of its body (``ahead``) or after it, with
+    the rows ``before`` and ``after`` it already takes; adds its rows and the containers its sum
+    over the rows starts from zero."""
+    try:
+        zeroed, rows = _row(t, loop, containers, namer)
+    except _Unfit:
+        return False
+    body = rows + before + loop.body + after if ahead else before + loop.body + after + rows
+    others = before + loop.body + after
+    if not _independent(For(loop.var, loop.start, loop.stop, loop.step, body, False, loop.loc), reads) or \
+            not _zeroed_apart(zeroed, others):
+        return False
+    if ahead:
+        before[:0] = rows
+    else:
+        after += rows
+    zeros += zeroed
+    return True
+
+
+def _zeroed_apart(zeros, body):
+    """Whether no statement of ``body`` touches the containers in ``zeros``."""
+    return not any(r.ref.container in zeros for t in walk(body) for r in stmt_reads(t)) and \
+        not any(w.container in zeros for t in walk(body) for w in stmt_writes(t))
+
+
+def _row(s, loop, containers, namer):
+    """``(zeroed, stmts)``: statement ``s``, over the loop's rows along its first axis, as
+    statements on row ``loop.var`` (an element of each view's axis along it), and the containers
+    its sum over the rows sums into from zero; raises ``_Unfit`` for any other statement."""
+    trips = op("subtract", loop.stop, loop.start)
+    at = Read(Ref(loop.var, ())) if const_value(loop.start) == 0 else op("subtract", Read(Ref(loop.var, ())),
+                                                                         loop.start)
+    if isinstance(s, Assign) and len(s.dst.shape) >= 2 and same_expr(s.dst.shape[0], trips) and \
+            const_value(trips) not in (0, 1):
+        rank = len(s.dst.shape)
+        return [], [Assign(_row_ref(s.dst, rank, at), _row_expr(s.expr, rank, at), s.accumulate, s.loc)]
+    if isinstance(s, Call) and s.op == "sum_to" and len(s.outputs) == 1:
+        full, shape = s.attrs["full"], s.attrs["shape"]
+        x = s.inputs[0]
+        if len(full) < 2 or len(x.shape) != len(full) or len(shape) > len(full) or \
+                not same_expr(as_expr(full[0]), trips) or const_value(trips) in (0, 1) or \
+                len(shape) == len(full) and const_value(as_expr(shape[0])) != 1:
+            raise _Unfit
+        out = s.outputs[0]
+        part = Container(namer("gsum"), out.dtype, tuple(shape[1:]) if len(shape) == len(full) else tuple(shape))
+        if len(part.shape) == len(full) - 1 and all(same_expr(as_expr(a), as_expr(b))
+                                                    for a, b in zip(part.shape, full[1:])):
+            return [out], [Assign(Ref(out), _row_expr(x, len(full), at), True, s.loc)]     # no sum in a row
+        containers[part.name] = part
+        row = Call("sum_to", [_row_expr(x, len(full), at)], [part],
+                   {**s.attrs, "full": tuple(full[1:]), "shape": part.shape}, s.loc)
+        return [out], [row, Assign(Ref(out), Read(Ref(part)), True, s.loc)]
+    raise _Unfit
+
+
+def _row_expr(e, rank, at):
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Read):
+        return Read(_row_ref(e.ref, rank, at))
+    if isinstance(e, Op):
+        return op(e.name, *(_row_expr(a, rank, at) for a in e.args))
+    raise _Unfit
+
+
+def _row_ref(ref, rank, at):
+    """View ``ref``, in a statement of ``rank`` axes, at row ``at`` of the statement's first axis
+    (right-aligned, as NumPy broadcasts): unchanged where it does not span that axis, its one
+    row where it broadcasts along it."""
+    if len(ref.shape) < rank:
+        return ref
+    if ref.perm is not None:
+        raise _Unfit
+    items = list(ref.items)
+    k = next(k for k, it in enumerate(items) if not isinstance(it, Index))
+    it = items[k]
+    if isinstance(it, NewAxis):
+        del items[k]
+    else:
+        items[k] = Index(it.start if const_value(it.size) == 1 else op("add", it.start, op("multiply", at, it.step)))
+    while True:                 # the leading length-1 axes left broadcast as no axes do
+        k = next((k for k, it in enumerate(items) if not isinstance(it, Index)), None)
+        if k is None or not isinstance(items[k], NewAxis):
+            return Ref(ref.container, items)
+        del items[k]
+
+
 # ---------------------------------------------------------------- interchange
 
 
@@ -443,4 +567,4 @@ def _at_start(e, var, start):
     return op(e.name, _at_start(e.args[0], var, start), e.args[1])
 
 
-__all__ = ["forward_independent_loops", "interchange_forward_loops"]
+__all__ = ["fold_into_row_loops", "forward_independent_loops", "interchange_forward_loops"]
