@@ -999,9 +999,11 @@ def test_statements_with_hoisted_row_values_share_a_nest():
     check_forward(normalised_rows, args, native)
     check_grad(normalised_rows, args, ("x", "g", "b"), backend=native)
     src = flowgrad.grad(normalised_rows, wrt=("x", "g", "b"), backend=native).source(*args)
-    # a nest writing an element-wise adjoint also sums a row of the adjoint
-    assert re.search(r"_acc\d+ = _acc\d+ \+ .*\n\s+g\w+\[_i\d+, _i\d+\] = .*/ _ld\d+\)", src) or \
-        re.search(r"g\w+\[_i\d+, _i\d+\] = .*/ _ld\d+\)\n(.*\n)*?\s+_acc\d+ = _acc\d+ \+", src)
+    # a nest computing an element-wise adjoint (into its array, or a variable where only the nest
+    # reads it) also sums a row of the adjoint
+    adjoint = r"(g\w+\[_i\d+, _i\d+\]|_el\d+) = .*/ _ld\d+\)"
+    assert re.search(r"_acc\d+ = _acc\d+ \+ .*\n\s+" + adjoint, src) or \
+        re.search(adjoint + r"\n(.*\n)*?\s+_acc\d+ = _acc\d+ \+", src)
 
 
 def written_then_hoisted(x, y):
@@ -1038,3 +1040,29 @@ def test_adjoints_of_a_matrix_read_transposed_share_the_pass_over_it():
                        r"((?:\1        .*\n)+)", backward)
     writes = [body for _, body in nests if "g_A[" in body]
     assert len(writes) == 1 and "g_A[" in writes[0] and "+=" in writes[0], backward
+
+
+def pair_terms(a, b):
+    """Every pair of an element of ``a`` and one of ``b``, through broadcasting (arc_distance's
+    shape): its gradient's statements over the pairs, with the vectors they broadcast, fit one nest."""
+    d = np.sin((b[None, :] - a[:, None]) / 2.0) ** 2 + np.cos(a[:, None]) * np.cos(b[None, :])
+    return np.sum(np.sqrt(d + 1.0) * np.tanh(d))
+
+
+def kept_temporary(x, y):
+    t = np.exp(x) * y                   # read again after its nest: it stays an array
+    return np.sum(t * x) + np.sum(t[::2, 1:] * 0.5)
+
+
+def test_temporaries_only_their_nest_reads_are_held_in_variables():
+    rng = np.random.default_rng(16)
+    args = (rng.uniform(-1, 1, 30), rng.uniform(-1, 1, 40))
+    check_forward(pair_terms, args, native)
+    check_grad(pair_terms, args, ("a", "b"), backend=native)
+    src = flowgrad.grad(pair_terms, wrt=("a", "b"), backend=native).source(*args)
+    # one pass over the pairs, and no array of them stored: every value on a pair is a variable
+    passes = [b for b in _loop_bodies(src) if re.search(r"_el\d+ = ", "\n".join(b))]
+    assert len(passes) == 1 and not any(re.match(r"\w+\[_i\d+, _i\d+\] \+?= ", ln) for ln in passes[0]), src
+    args = (rng.uniform(-1, 1, (6, 8)), rng.uniform(-1, 1, (6, 8)))
+    check_forward(kept_temporary, args, native)
+    check_grad(kept_temporary, args, ("x", "y"), backend=native)

@@ -12,6 +12,7 @@ so a new process reuses the machine code.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 
@@ -93,6 +94,9 @@ class Lowering(ParallelNests, CollapsedNests, Located):
         self.once = {}              # values computed by statements that run once per call (see nn_ops)
         self.parallel = False       # whether some loop nest runs its outer loop over threads
         self.invariant = None       # while a fused nest is emitted: where and what to load ahead of its inner loop
+        self.reads = Counter(r.ref.container for s in walk(body) for r in stmt_reads(s))
+        self.returned = set()       # containers handed to the caller (see ``_prologue``)
+        self.locals = {}            # while a fused nest is emitted: containers it holds an element of in a variable
         self.threads = self.parallel_mode(body)     # "off", "on" or the work a nest needs per thread
         self.loc = None             # the user's line of the statement being lowered
         self.sites = []             # user lines of the index checks, by the number each raises
@@ -285,6 +289,8 @@ class Lowering(ParallelNests, CollapsedNests, Located):
         c = ref.container
         if c.ndim == 0:
             return c.name
+        if c in self.locals:
+            return self.locals[c]
         text = f"{c.name}[{', '.join(self.container_index(ref, idx, space))}]"
         if self.invariant is not None and idx:
             # an element the innermost loop of a fused nest does not move (``s[i, 0]`` broadcast
@@ -508,11 +514,14 @@ class Lowering(ParallelNests, CollapsedNests, Located):
         as the elements are written, in the same pass over memory, and exist once the nest is
         done; a later statement may then overwrite the element a reduction has just read (an
         adjoint cleared after its last use). So do pushes and pops copying a view (see
-        ``copies_elements``), one per tape: a push reads its view, a pop writes it. A nest reads
-        and writes at most ``STREAMS`` arrays: vadv's forward, whose nests had grown to 16, ran
-        in 30 ms instead of 35 with them split at 10 (and 34 at 8)."""
+        ``copies_elements``), one per tape: a push reads its view, a pop writes it. A nest streams
+        at most ``STREAMS`` arrays through memory: vadv's forward, whose nests had grown to 16,
+        ran in 30 ms instead of 35 with them split at 10 (and 34 at 8). Vectors broadcast along
+        its axes and reductions' outputs stay in cache and do not count (see ``_arrays``):
+        arc_distance's gradient, whose one pass over the pairs reads four such vectors, ran in
+        two passes before (29.5 against 18.9 ms, with its temporaries held in variables)."""
         shape = self.space(group)
-        if len(set().union(*map(_arrays, group + [s]))) > self.STREAMS:
+        if len(set().union(*(_arrays(g, shape) for g in group + [s]))) > self.STREAMS:
             return False
         x = self.reduces(s)
         e = x if x is not None else _element_parts(s)[1] if isinstance(s, (Assign, Push, Pop)) else None
@@ -564,7 +573,7 @@ class Lowering(ParallelNests, CollapsedNests, Located):
                         return False
         return True
 
-    STREAMS = 10     # arrays one nest may read or write (see ``joins``)
+    STREAMS = 10     # arrays one nest may stream through memory (see ``joins``)
 
     def fused(self, group, ind):
         """One loop nest running several element-wise statements and reductions per element,
@@ -590,6 +599,7 @@ class Lowering(ParallelNests, CollapsedNests, Located):
         # norm's adjoint computes ``sqrt(var + eps)`` per row once and still fuses its passes
         memo = {}
         pairs = [(dst, self.hoist(e, self.space(group), ind, memo)) for dst, e in pairs]
+        self.locals = self.nest_locals(group)
         parallel = not reductions and self.splits(self.space(group), pairs)
         if rows or leads:
             shape = self.space(group)          # rows stay rows: no trailing axes merged
@@ -644,7 +654,10 @@ class Lowering(ParallelNests, CollapsedNests, Located):
             [s for s in group[:late] if isinstance(s, Call) and all(s is not g for g in first)] + group[late:]
         for s in order:
             dst, expr = work[id(s)]
-            if isinstance(s, Push):
+            if isinstance(s, Assign) and s.dst.container in self.locals:
+                self.line(f"{self.locals[s.dst.container]} {'+=' if s.accumulate else '='} "
+                          f"{self.elem(expr, names, shape)}", inner)
+            elif isinstance(s, Push):
                 self.line(f"{slots[id(s)]}[{', '.join(names)}] = {self.elem(expr, names, shape)}", inner)
             elif isinstance(s, Pop):
                 self.line(f"{self.read(dst, names, shape)} = {slots[id(s)]}[{', '.join(names)}]", inner)
@@ -657,6 +670,7 @@ class Lowering(ParallelNests, CollapsedNests, Located):
                 self.line(f"{acc} = {reduction_start(s)[1].format(a=acc, b=self.elem(expr, names, shape))}", inner)
         at, _, loads, _ = self.invariant
         self.invariant = None
+        self.locals = {}
         starts = [f"{acc} = {reduction_start(s)[0]}" for s, acc in zip(reductions, accs) if id(s) in rows]
         self.lines[at:at] = ["    " * (inner - 1) + line
                              for line in starts + [f"{name} = {text}" for text, name in loads.items()]]
@@ -672,6 +686,31 @@ class Lowering(ParallelNests, CollapsedNests, Located):
         for s in tapes:
             if isinstance(s, Push):
                 self.line(f"{s.tape.name}_top += {size}", ind)
+
+    def nest_locals(self, group):
+        """The containers of ``group``'s nest that need no array, each with the variable holding
+        its element instead: a temporary the nest writes whole, element by element (and may then
+        sum into there), and that no statement reads but later members of the nest at the element
+        just written (arc_distance's ``g_temp``, the adjoint of the sum its three partial
+        derivatives take). Their stores and
+        loads were a fifth of the memory its gradient's one pass moved."""
+        out = {}
+        space = self.space(group)
+        for k, s in enumerate(group):
+            if not isinstance(s, Assign) or s.accumulate or not s.dst.is_whole():
+                continue
+            c = s.dst.container
+            if c.kind != "transient" or c in self.returned or c in self.tape_views or c.name in self.carved or \
+                    len(s.dst.shape) != len(space) or not all(same_expr(a, b) for a, b in zip(s.dst.shape, space)):
+                continue
+            reads = [r for t in group[k + 1:] for r in stmt_reads(t) if r.ref.container is c]
+            sums = [t for t in group[k + 1:] if any(w.container is c for w in stmt_writes(t))]
+            if any(r.ref.container is c for t in group[:k + 1] for r in stmt_reads(t)) or \
+                    not all(isinstance(t, Assign) and t.accumulate and same_ref(t.dst, s.dst) for t in sums) or \
+                    len(reads) != self.reads[c] or not all(same_ref(r.ref, s.dst) for r in reads):
+                continue
+            out[c] = self.fresh("el")
+        return out
 
     def _stmt(self, s, ind):
         if isinstance(s, Assign):
@@ -1006,6 +1045,7 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
     there are such (``_out``)."""
     params = prog.params + list(prog.inputs)
     written, used = _written(body), _used(body)
+    low.returned = set(returned)
     for p in prog.params:
         if p.ndim and p in written:        # the caller's arrays are never modified
             low.line(f"{p.name} = {p.name}.copy()", ind)

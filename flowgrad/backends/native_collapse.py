@@ -45,7 +45,10 @@ class CollapsedNests:
                 c = r.container
                 flat = c.shape[:c.ndim - k] + (total,)
                 views[key] = Container(self.fresh("flat"), c.dtype, flat)
-                self.line(f"{views[key].name} = {c.name}.reshape({self.shape_tuple(flat)})", ind)
+                if c in self.locals:        # an element held in a variable: no array to view
+                    self.locals[views[key]] = self.locals[c]
+                else:
+                    self.line(f"{views[key].name} = {c.name}.reshape({self.shape_tuple(flat)})", ind)
             return Ref(views[key], list(r.items[:-k]) + [Slice(0, total, 1)], None)
 
         def expr_of(e):

@@ -28,10 +28,17 @@ def _element_parts(s):
     return s.dst, s.expr, s.accumulate
 
 
-def _arrays(s):
-    """The arrays a member of a loop nest reads or writes per element, its tape included."""
-    refs = [r.ref for r in stmt_reads(s)] + list(stmt_writes(s))
-    return {r.container for r in refs if r.container.ndim} | ({s.tape} if isinstance(s, (Push, Pop)) else set())
+def _arrays(s, shape):
+    """The arrays a member of a loop nest over ``shape`` reads or writes at every element of the
+    nest, its tape included: not a vector or a row broadcast along an axis of the nest, nor a
+    reduction's output, which stay in cache while the nest streams the others."""
+    refs = [r.ref for r in stmt_reads(s)] + ([] if isinstance(s, Call) else list(stmt_writes(s)))
+    return {r.container for r in refs if r.container.ndim and _spans(r.shape, shape)} | \
+        ({s.tape} if isinstance(s, (Push, Pop)) else set())
+
+
+def _spans(view, shape):
+    return len(view) == len(shape) and all(const_value(a) != 1 or const_value(b) == 1 for a, b in zip(view, shape))
 
 
 def _reads(e):
