@@ -25,6 +25,7 @@ from . import Located
 from .native_calls import (CALL_LOWERING, _scalar_type, lead_reduction, lower_product_sum, new_array, reduction_start,
                            row_reduction, whole_reduction)
 from .native_collapse import CollapsedNests
+from .native_locals import NestLocals
 from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _much_smaller, _placed_reads,
                           _product_sums, _reads_ahead, _reads_off, _tape_views, _view)
 from .native_kernel import (Deferred, Kernel, available, cache_dir, compile_source,  # noqa: F401 (the backend's
@@ -75,7 +76,7 @@ def _smaller(shape, space):
 
 
 
-class Lowering(ParallelNests, CollapsedNests, Located):
+class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
     """Emits Numba-compilable source for a list of IR statements."""
 
     def __init__(self, containers, body=()):
@@ -686,31 +687,6 @@ class Lowering(ParallelNests, CollapsedNests, Located):
         for s in tapes:
             if isinstance(s, Push):
                 self.line(f"{s.tape.name}_top += {size}", ind)
-
-    def nest_locals(self, group):
-        """The containers of ``group``'s nest that need no array, each with the variable holding
-        its element instead: a temporary the nest writes whole, element by element (and may then
-        sum into there), and that no statement reads but later members of the nest at the element
-        just written (arc_distance's ``g_temp``, the adjoint of the sum its three partial
-        derivatives take). Their stores and
-        loads were a fifth of the memory its gradient's one pass moved."""
-        out = {}
-        space = self.space(group)
-        for k, s in enumerate(group):
-            if not isinstance(s, Assign) or s.accumulate or not s.dst.is_whole():
-                continue
-            c = s.dst.container
-            if c.kind != "transient" or c in self.returned or c in self.tape_views or c.name in self.carved or \
-                    len(s.dst.shape) != len(space) or not all(same_expr(a, b) for a, b in zip(s.dst.shape, space)):
-                continue
-            reads = [r for t in group[k + 1:] for r in stmt_reads(t) if r.ref.container is c]
-            sums = [t for t in group[k + 1:] if any(w.container is c for w in stmt_writes(t))]
-            if any(r.ref.container is c for t in group[:k + 1] for r in stmt_reads(t)) or \
-                    not all(isinstance(t, Assign) and t.accumulate and same_ref(t.dst, s.dst) for t in sums) or \
-                    len(reads) != self.reads[c] or not all(same_ref(r.ref, s.dst) for r in reads):
-                continue
-            out[c] = self.fresh("el")
-        return out
 
     def _stmt(self, s, ind):
         if isinstance(s, Assign):
