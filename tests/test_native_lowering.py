@@ -1066,3 +1066,32 @@ def test_temporaries_only_their_nest_reads_are_held_in_variables():
     args = (rng.uniform(-1, 1, (6, 8)), rng.uniform(-1, 1, (6, 8)))
     check_forward(kept_temporary, args, native)
     check_grad(kept_temporary, args, ("x", "y"), backend=native)
+
+
+def scaled_in_place(A, x):
+    A *= 2.0                             # the program writes its argument
+    A[0, :] += x
+    return np.sum(A * A)
+
+
+def returned_in_place(A, x):
+    A[1, :] = x                          # the written argument is the result itself
+    return A
+
+
+def test_written_arguments_are_copied_into_a_kept_buffer():
+    rng = np.random.default_rng(17)
+    f = flowgrad.jit(scaled_in_place, backend=native)
+    src = f.source(rng.standard_normal((4, 5)), rng.standard_normal(5))
+    assert "A = _rt.copied(_ws[" in src and "A.copy()" not in src, src
+    for seed in range(3):                # new arrays each call: values of their own, callers' arrays kept
+        args = (rng.standard_normal((4, 5)), rng.standard_normal(5))
+        kept = [a.copy() for a in args]
+        assert np.allclose(f(*args), scaled_in_place(*[a.copy() for a in args]), rtol=1e-12)
+        assert all(np.array_equal(a, k) for a, k in zip(args, kept))
+        check_grad(scaled_in_place, args, ("A", "x"), backend=native)
+    # an argument handed back is a copy of its own, which a later call does not overwrite
+    g = flowgrad.jit(returned_in_place, backend=native)
+    first = g(np.zeros((3, 4)), np.ones(4))
+    second = g(np.ones((3, 4)), np.full(4, 5.0))
+    assert first[1, 0] == 1.0 and first[0, 0] == 0.0 and second[1, 0] == 5.0 and second[0, 0] == 1.0

@@ -1023,8 +1023,13 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
     written, used = _written(body), _used(body)
     low.returned = set(returned)
     for p in prog.params:
-        if p.ndim and p in written:        # the caller's arrays are never modified
+        if p.ndim and p in written and p in returned:      # the caller's arrays are never modified
             low.line(f"{p.name} = {p.name}.copy()", ind)
+        elif p.ndim and p in written:      # ... written in a copy kept between calls (see ``copied``)
+            k = len(low.workspace)
+            low.workspace.append((np.dtype(p.dtype).name, p.ndim, f"_ws{k}"))
+            low.line(f"{p.name} = _rt.copied(_ws[{k}], {p.name})", ind)
+            low.line(f"_ws{k} = {p.name}", ind)
         elif p.ndim:                       # C order, so that loops may read it through flat views
             low.line(f"{p.name} = np.ascontiguousarray({p.name})", ind)
     for c in sorted(containers, key=lambda c: c.name):

@@ -176,6 +176,18 @@ def fitted(buf, shape, zeros):
 
 
 @_jit
+def copied(buf, a):
+    """A copy of array ``a`` (C order) in ``buf`` when it has ``a``'s shape, else in a fresh
+    array (``fitted``): a parameter the program writes, copied into a buffer kept between calls
+    rather than into new memory on every call, whose first touch of each page the system must
+    map. gemver's forward copies its 32 MB matrix: 22 ms a call with the copy in new memory,
+    8.4 in the kept buffer, when each call gets arrays of its own (7.3 when it gets the same)."""
+    out = fitted(buf, a.shape, False)
+    out[...] = a
+    return out
+
+
+@_jit
 def gammaln(x):
     """log |Gamma(x)| (SciPy's gammaln)."""
     return math.lgamma(x) if not (x <= 0.0 and math.floor(x) == x) else math.inf
