@@ -1079,13 +1079,14 @@ def returned_in_place(A, x):
     return A
 
 
-def test_written_arguments_are_copied_into_a_kept_buffer():
+def test_large_written_arguments_are_copied_into_a_kept_buffer():
     rng = np.random.default_rng(17)
     f = flowgrad.jit(scaled_in_place, backend=native)
-    src = f.source(rng.standard_normal((4, 5)), rng.standard_normal(5))
+    src = f.source(rng.standard_normal((800, 400)), rng.standard_normal(400))      # 2.4 MiB
     assert "A = _rt.copied(_ws[" in src and "A.copy()" not in src, src
+    assert "A = A.copy()" in f.source(rng.standard_normal((4, 5)), rng.standard_normal(5))   # a small one: new memory
     for seed in range(3):                # new arrays each call: values of their own, callers' arrays kept
-        args = (rng.standard_normal((4, 5)), rng.standard_normal(5))
+        args = (rng.standard_normal((800, 400)), rng.standard_normal(400))
         kept = [a.copy() for a in args]
         assert np.allclose(f(*args), scaled_in_place(*[a.copy() for a in args]), rtol=1e-12)
         assert all(np.array_equal(a, k) for a, k in zip(args, kept))
