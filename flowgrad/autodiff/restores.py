@@ -11,8 +11,8 @@ PolyBench's symm tapes i values per (i, j) that way: its gradient kept 0.6 milli
 """
 from __future__ import annotations
 
-from ..ir.core import For, If, Index, NewAxis, Read, child_blocks, iter_reads, same_expr, same_ref, split_offset, stmt_reads, \
-    stmt_writes, walk
+from ..ir.core import (For, If, Index, NewAxis, Read, child_blocks, iter_reads, same_expr, same_ref, split_offset,
+                       stmt_reads, stmt_writes, walk)
 
 
 def unobserved(backward, is_restore, replayed, inverses):
@@ -88,7 +88,8 @@ def _own_rows(loop, restored, is_restore):
     for t in walk(loop.body):
         if not is_restore(t):
             for rd in stmt_reads(t):
-                refs.get(rd.ref.container, []).append(rd.ref)
+                if rd.ref.container in refs:
+                    refs[rd.ref.container].append(rd.ref)
     own = set()
     for x, views in refs.items():
         at = [_moving(v, loop.var) for v in views]

@@ -11,6 +11,7 @@ so a new process reuses the machine code.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 
@@ -25,9 +26,9 @@ from . import Located
 from .native_calls import (CALL_LOWERING, _scalar_type, lead_reduction, lower_product_sum, new_array, reduction_start,
                            row_reduction, whole_reduction)
 from .native_collapse import CollapsedNests
-from .native_locals import NestLocals
 from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _much_smaller, _placed_reads,
                           _product_sums, _reads_ahead, _reads_off, _tape_views, _view)
+from .native_locals import NestLocals
 from .native_kernel import (Deferred, Kernel, available, cache_dir, compile_source,  # noqa: F401 (the backend's
                             tiered)                                                   # interface)
 from .native_parallel import ParallelNests
@@ -1023,9 +1024,9 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
     written, used = _written(body), _used(body)
     low.returned = set(returned)
     for p in prog.params:
-        if p.ndim and p in written and (p in returned or not _large(p)):   # the caller's arrays are never modified
-            low.line(f"{p.name} = {p.name}.copy()", ind)
-        elif p.ndim and p in written:      # ... a large one written in a copy kept between calls
+        if p.ndim and p in written and (p in returned or not _large(p)):   # the caller's arrays are
+            low.line(f"{p.name} = {p.name}.copy()", ind)                      # never modified
+        elif p.ndim and p in written:      # a large one is written in a copy kept between calls
             k = len(low.workspace)
             low.workspace.append((np.dtype(p.dtype).name, p.ndim, f"_ws{k}"))
             low.line(f"{p.name} = _rt.copied(_ws[{k}], {p.name})", ind)
@@ -1064,10 +1065,8 @@ def _large(c):
     30 MiB matrix, copied into a kept buffer, took its forward from 22 to 8.4 ms and doitgen's 7 MiB
     one its gradient from 38.8 to 34.3, while a kept copy of adi's 0.17 MiB grid, which a fresh
     allocation gives back from cache, made its forward 1.2x slower."""
-    n = 1
-    for d in c.shape:
-        n = n * const_value(d) if const_value(d) is not None and n is not None else None
-    return n is not None and n * np.dtype(c.dtype).itemsize > 2 << 20
+    sizes = [const_value(d) for d in c.shape]
+    return None not in sizes and math.prod(sizes) * np.dtype(c.dtype).itemsize > 2 << 20
 
 
 # Numba's parallel passes rename the versions of a variable bound more than once (``x`` ->

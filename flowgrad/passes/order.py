@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..ir.core import (I64, Assign, as_expr, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
-                       Slice, While, apart, child_blocks, const_value, is_cheap, iter_reads, loop_range, map_blocks, op,
-                       reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
+from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
+                       Slice, While, apart, as_expr, child_blocks, const_value, is_cheap, iter_reads, loop_range,
+                       map_blocks, op, reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
 
 
 def forward_independent_loops(stmts, results, containers, namer):
@@ -328,10 +328,10 @@ def _row(s, loop, containers, namer):
                 len(shape) == len(full) and const_value(as_expr(shape[0])) != 1:
             raise _Unfit
         out = s.outputs[0]
-        part = Container(namer("gsum"), out.dtype, tuple(shape[1:]) if len(shape) == len(full) else tuple(shape))
-        if len(part.shape) == len(full) - 1 and all(same_expr(as_expr(a), as_expr(b))
-                                                    for a, b in zip(part.shape, full[1:])):
+        kept = tuple(shape[1:]) if len(shape) == len(full) else tuple(shape)       # the row's sum's shape
+        if len(kept) == len(full) - 1 and all(same_expr(as_expr(a), as_expr(b)) for a, b in zip(kept, full[1:])):
             return [out], [Assign(Ref(out), _row_expr(x, len(full), at), True, s.loc)]     # no sum in a row
+        part = Container(namer("gsum"), out.dtype, kept)
         containers[part.name] = part
         row = Call("sum_to", [_row_expr(x, len(full), at)], [part],
                    {**s.attrs, "full": tuple(full[1:]), "shape": part.shape}, s.loc)
