@@ -1062,9 +1062,9 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
 def _large(c):
     """Whether container ``c`` has a fixed size past the 2 MiB of a core's cache, so that a copy
     of it written into new memory on every call pays for mapping its pages (``_rt.copied``): gemver's
-    30 MiB matrix, copied into a kept buffer, took its forward from 22 to 8.4 ms and doitgen's 7 MiB
-    one its gradient from 38.8 to 34.3, while a kept copy of adi's 0.17 MiB grid, which a fresh
-    allocation gives back from cache, made its forward 1.2x slower."""
+    30 MiB matrix, copied into a kept buffer, took its forward from 22 to 8.4 ms, while a kept copy
+    of adi's 0.17 MiB grid, which a fresh allocation gives back from cache, made its forward 1.2x
+    slower (doitgen's 7 MiB array: no difference beyond noise)."""
     sizes = [const_value(d) for d in c.shape]
     return None not in sizes and math.prod(sizes) * np.dtype(c.dtype).itemsize > 2 << 20
 
