@@ -167,3 +167,51 @@ def test_a_reversed_loop_reading_a_part_it_never_writes_becomes_statements(backe
     text = _backward(through_the_diagonal, args)
     assert "for j in 0:(i + 1)" in text or "for j in reversed(0:(i + 1)" in text, text
     check_grad(through_the_diagonal, args, (0, 1), backend=backend)
+
+
+def rows(alpha, A, B, D, x):
+    """k2mm's and gemver's row loops: a row of a fill, a sum of a product into a row, a scalar
+    per row broadcast along it."""
+    n, m = A.shape
+    tmp = np.zeros((n, m))
+    for i in range(n):
+        tmp[i, :] = alpha * (A[i, :] @ B)
+    for i in range(n):
+        D[i, :] += np.tanh(tmp[i, :]) * x[i] + x[i] * A[i, 0]
+    return np.sum(D * D)
+
+
+def rows_shifted(A, D):
+    """Row i reads the row iteration i - 1 wrote: the order matters."""
+    n = A.shape[0]
+    for i in range(1, n):
+        D[i, :] = 0.5 * D[i - 1, :] + A[i, :]
+    return np.sum(D * D)
+
+
+def rows_not_leading(A, D):
+    """The loop moves the second axis of the views: its rows would not be the leading axis."""
+    n = A.shape[1]
+    for i in range(n):
+        D[:, i, :] = np.sin(A[:, i, :]) * 2.0
+    return np.sum(D * D)
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_a_loop_over_rows_becomes_statements_over_all_rows(backend):
+    rng = np.random.default_rng(4)
+    n = 20
+    A, B, D, x = (rng.standard_normal((n, n)), rng.standard_normal((n, n)) / n, rng.standard_normal((n, n)),
+                  rng.standard_normal(n))
+    args = (0.8, A, B, D, x)
+    text = flowgrad.grad(rows, wrt=(0, 1, 2, 3, 4), backend=backend).ir(*args)
+    # no loop is left; the fill the first loop overwrites row by row is gone, the product is
+    # summed into ``D`` whole and the scalar per row broadcasts along it (``x[0:+20, newaxis]``)
+    assert "for " not in text and "array = 0.0" not in text and "x[0:+20, newaxis]" in text, text
+    check_forward(rows, args, backend=backend, rtol=1e-12)
+    check_grad(rows, args, (0, 1, 2, 3, 4), backend=backend)
+    for fn in (rows_shifted, rows_not_leading):
+        args = (A, D.copy()) if fn is rows_shifted else tuple(rng.standard_normal((3, n, 4)) for _ in 'AD')
+        assert "for i" in flowgrad.jit(fn, backend=backend).ir(*args)
+        check_forward(fn, args, backend=backend, rtol=1e-12)
+        check_grad(fn, args, (0, 1), backend=backend)

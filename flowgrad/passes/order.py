@@ -110,7 +110,8 @@ def interchange_forward_loops(stmts, results, containers, namer):
     first: its iterations being independent, running every iteration's leading statements before
     any iteration's others changes nothing, unless a value private to an iteration passes between
     the two (then the loop stays as it is). A loop of statements on single elements becomes
-    statements over its iterations (``_vectorised``)."""
+    statements over its iterations (``_vectorised``), and one of statements on rows statements
+    over all its rows (``_widened``)."""
     return _forward_block(stmts, _Reads(stmts, results), containers, namer)
 
 
@@ -140,6 +141,10 @@ def _split_interchanged(loop, containers, namer):
         pass
     try:
         return _vectorised(loop, containers, namer)
+    except _Unfit:
+        pass
+    try:
+        return _widened(loop, containers, namer)
     except _Unfit:
         pass
     body = loop.body
@@ -407,6 +412,100 @@ def _vectorised(loop, containers, namer):
     if not stmts or not all(isinstance(s, Assign) and s.dst.shape == () for s in stmts):
         raise _Unfit
     return _over_iterations(_Vectorise(loop, trips, None, Const(0), written), defs, stmts, containers, namer)
+
+
+def _widened(loop, containers, namer):
+    """``loop`` (independent, running forwards, constant bounds) over statements on one row of
+    their arrays each (``tmp[i, :] = alpha * p[i, :]``, ``D[i, :] += t[i, :]``, the loop's
+    variable indexing the leading axis of each view it moves) as statements over all its rows
+    (``tmp[0:n, :] = alpha * p[0:n, :]``): what the passes and the derivative know of whole
+    arrays then applies (a fill the rows overwrite dropped, a product summed into its
+    destination by BLAS, an adjoint's copy propagated, one push of a whole view instead of one
+    per row). A value private to an iteration (``t = tanh(a[i, :])``, a scalar) gets a row of
+    its own in a new container. Raises ``_Unfit`` for any other loop."""
+    trips = _parts(loop)[0]
+    body = loop.body
+    if not body or not all(isinstance(s, Assign) for s in body):
+        raise _Unfit
+    var = loop.var
+    private = {c: Container(namer(c.name + "_rows"), c.dtype, (trips,) + c.shape)
+               for c in _private(body) if c is not var}
+    body = [Assign(_own_row(s.dst, private, var), _own_rows(s.expr, private, var), s.accumulate, s.loc)
+            for s in body]
+    _elementwise(body)
+    rows = _Widen(loop, trips, {w.container for s in body for w in stmt_writes(s)})
+    out = []
+    for s in body:
+        rank = len(s.dst.shape)
+        dst = rows.ref(s.dst, rank)
+        if dst is s.dst:                      # a view every iteration writes again
+            raise _Unfit
+        out.append(Assign(dst, rows.expr(s.expr, rank), s.accumulate, s.loc))
+    containers.update((c.name, c) for c in private.values())
+    return out
+
+
+def _own_row(ref, private, var):
+    """``ref``, of a container private to an iteration, as the same view of its row ``var`` in
+    the container ``private`` gives it."""
+    c = private.get(ref.container)
+    if c is None:
+        return ref
+    if ref.perm is not None:
+        raise _Unfit
+    return Ref(c, [Index(scalar(var))] + list(ref.items))
+
+
+def _own_rows(e, private, var):
+    if isinstance(e, Read):
+        return Read(_own_row(e.ref, private, var))
+    if isinstance(e, Op):
+        return op(e.name, *(_own_rows(a, private, var) for a in e.args))
+    return e
+
+
+class _Widen:
+    """Rewrites a loop body's views and expressions over all the loop's iterations, each a row
+    along a new leading axis: a view the variable moves gets a slice over the iterations for the
+    variable's index (which must come before the view's other axes), and length-1 axes after it
+    up to the statement's rank, so that it broadcasts as the row did; a view it does not move
+    broadcasts along the new axis as it is."""
+
+    def __init__(self, loop, trips, written):
+        self.loop, self.trips, self.written = loop, trips, written
+
+    def expr(self, e, rank):
+        if isinstance(e, Const):
+            return e
+        if isinstance(e, Read):
+            c = e.ref.container
+            if c is self.loop.var or c.ndim == 0 and c in self.written:
+                raise _Unfit
+            return Read(self.ref(e.ref, rank))
+        if isinstance(e, Op):
+            return op(e.name, *(self.expr(a, rank) for a in e.args))
+        raise _Unfit
+
+    def ref(self, ref, rank):
+        var = self.loop.var
+        if ref.perm is not None:
+            raise _Unfit
+        items, moved = [], False
+        for it in ref.items:
+            uses = {r.ref.container for e in _exprs(it) for r in iter_reads(e)} if not isinstance(it, NewAxis) \
+                else set()
+            if uses & self.written:
+                raise _Unfit
+            if var in uses:
+                if moved or not isinstance(it, Index) or not _shifted(it.at, var) or \
+                        any(not isinstance(x, Index) for x in items):
+                    raise _Unfit
+                items.append(Slice(_at_start(it.at, var, self.loop.start), self.trips, self.loop.step))
+                items += [NewAxis() for _ in range(rank - len(ref.shape))]
+                moved = True
+            else:
+                items.append(it)
+        return Ref(ref.container, items) if moved else ref
 
 
 def _parts(loop):
