@@ -12,7 +12,7 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
               gathers, softmax shifts as constants, loops of products summed by matrix products,
               independent column loops interchanged (row loops made statements over all their
               rows), loops' matrix products taken out of them (triangular ones and their row
-              updates in blocks), dead code again, products
+              updates in blocks), copies read from their originals and dead code again, products
               read transposed (from another one, a Gram matrix's columns as its rows), arrays
               swept along their last axis stored with it first (native)
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
@@ -112,7 +112,8 @@ CAPTURED = [
     Step("order", "body", lambda b, u: interchange_forward_loops(b, set(u.outputs), u.containers, u.namer)),
     Step("lift_products", "body", lambda b, u: lift_loop_products(b, u.containers, u.namer, u.outputs)),
     Step("order", "body", lambda b, u: interchange_forward_loops(b, set(u.outputs), u.containers, u.namer)),
-    Step("dce", "body", lambda b, u: eliminate_dead(b, set(u.outputs))[0]),     # fills the rows overwrite
+    Step("copies", "body", lambda b, u: propagate_copies(b, set(u.outputs), calls=False)),
+    Step("dce", "body", lambda b, u: eliminate_dead(b, set(u.outputs))[0]),     # fills the rows overwrite, copies
     Step("transposes", "body", lambda b, u: share_transposed_products(b)),
     Step("transposes", "body", lambda b, u: read_gram_rows(b)),
     Step("layout", "body", lambda b, u: permute_swept_arrays(b, u.containers, u.namer, u.outputs), when=native),

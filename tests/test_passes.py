@@ -1174,3 +1174,23 @@ def test_a_copy_read_transposed_is_read_from_its_original(backend):
     backward = text[text.index("# backward"):]
     assert "g_C[2:+5, 0:+3].transpose(1, 0)" in backward and "g_matmul = " not in backward, backward
     check_grad(product_into_rows, args, (0, 1, 2), backend=backend)
+
+
+def copies_then_update(u, v, c):
+    """A stencil step's copies: ``v`` is never written, so its copy is read from ``v`` itself;
+    ``u``'s copy is read after ``u`` changes, so it stays."""
+    un = u.copy()
+    vn = v.copy()
+    u[1:-1] = un[1:-1] * vn[1:-1] + c * (un[2:] - un[:-2])
+    u[0] = vn[0] + un[-1]
+    return np.sum(u * u) + np.sum(np.sin(vn))
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
+def test_a_copy_of_an_array_not_yet_written_is_read_from_the_array(backend):
+    rng = np.random.default_rng(1)
+    args = (rng.standard_normal(12), rng.standard_normal(12), 0.3)
+    forward = flowgrad.jit(copies_then_update, backend=backend).ir(*args)
+    assert "sin(v)" in forward and "= v\n" not in forward and "= u\n" in forward, forward
+    check_forward(copies_then_update, args, backend=backend, rtol=1e-12)
+    check_grad(copies_then_update, args, (0, 1, 2), backend=backend)

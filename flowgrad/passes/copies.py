@@ -1,6 +1,6 @@
 """Read the original instead of a copy while both hold the same values.
 
-Needs: a statement list (the backward sweep of a gradient). Changes: after ``t = g[v]`` (``t`` a
+Needs: a statement list (a captured program, a gradient's backward sweep). Changes: after ``t = g[v]`` (``t`` a
 transient array written whole), later statements of the same block read ``g[v]`` where they read
 ``t``, until a statement writes ``t``, ``g`` or what ``v``'s indices read; a statement
 ``g[v] = t`` in that stretch changes nothing and is removed. A read of part of ``t`` (``t[1:]``, as
@@ -27,24 +27,26 @@ from ..ir.core import (Assign, Call, Index, NewAxis, Op, Read, Ref, If, For, Sli
                        same_expr, same_ref, stmt_reads, stmt_writes, walk)
 
 
-def propagate_copies(stmts, results=()):
+def propagate_copies(stmts, results=(), calls=True):
     """``stmts`` with reads of array copies redirected to their originals, and calls whose one
     result is copied writing the copy's destination (see the module); ``results``: the
-    containers handed to the caller."""
-    out = _propagate(stmts)
+    containers handed to the caller. ``calls=False`` leaves the inputs of calls reading a copy
+    of part of an array as they are: in a captured program a call's input is a whole array (the
+    frontend copies a view into one), which the derivative rules of calls take it to be."""
+    out = _propagate(stmts, calls)
     reads = Counter(x.ref.container for s in walk(out) for x in stmt_reads(s))
     for c in results:
         reads[c] += 1                     # read after the program
     return _retarget(out, reads)
 
 
-def _propagate(stmts):
-    out = [map_blocks(s, _propagate) for s in stmts]
+def _propagate(stmts, calls):
+    out = [map_blocks(s, lambda b: _propagate(b, calls)) for s in stmts]
     k = 0
     while k < len(out):
         copy = _copy(out[k])
         if copy is not None:
-            _redirect(out, k, *copy)
+            _redirect(out, k, *copy, calls)
         k += 1
     return out
 
@@ -96,7 +98,7 @@ def _copy(s):
     return t, r
 
 
-def _redirect(out, k, t, r):
+def _redirect(out, k, t, r, calls):
     deps = {t, r.container} | {x.ref.container for ie in r.index_exprs() for x in iter_reads(ie)}
     j = k + 1
     while j < len(out):
@@ -108,7 +110,7 @@ def _redirect(out, k, t, r):
         if t.ndim and (isinstance(u, Assign) or not writes & deps):
             # an assignment reads its right side in full before it writes (NumPy semantics, kept
             # by every backend); a call might write its output while it reads its inputs
-            out[j] = _substitute(u, t, r)
+            out[j] = _substitute(u, t, r, calls)
         if writes & deps:
             return
         j += 1
@@ -118,7 +120,7 @@ def _whole_read(e, t):
     return isinstance(e, Read) and e.ref.container is t and e.ref.is_whole() and e.ref.perm is None
 
 
-def _substitute(s, t, r):
+def _substitute(s, t, r, calls):
     if not any(x.ref.container is t for v in walk([s]) for x in stmt_reads(v)):
         return s
     if isinstance(s, Assign):
@@ -126,9 +128,11 @@ def _substitute(s, t, r):
             return s
         return Assign(s.dst, _expr(s.expr, t, r), s.accumulate, s.loc)
     if isinstance(s, Call):
+        if not (calls or r.is_whole()):
+            return s
         return Call(s.op, [_expr(e, t, r) for e in s.inputs], s.outputs, s.attrs, s.loc)
     if isinstance(s, (For, While, If)):
-        return map_blocks(s, lambda b: [_substitute(v, t, r) for v in b])
+        return map_blocks(s, lambda b: [_substitute(v, t, r, calls) for v in b])
     return s                              # a tape push reads the copy itself
 
 
