@@ -327,17 +327,13 @@ class _Tiered:
 def _native_vjp(grad_fn, cotangent, wrt):
     """The ``(result, pullback)`` convention over a compiled function running forward and backward
     together for a given cotangent. A scalar result's pullback is linear in the cotangent, so one
-    call with cotangent 1 serves every pullback."""
-    scalars = [w.ndim == 0 for w in wrt]
-
-    def unpack(grads):
-        return tuple(g[0] if s else g for g, s in zip(grads, scalars))
-
+    call with cotangent 1 serves every pullback. A scalar's gradient comes as a number, an
+    array's as an array."""
     def vjp_fn(*args):
         if cotangent.ndim == 0 and cotangent.dtype.kind == "c":
             # the pullback of a complex result is linear over the reals only: one call per cotangent
             result, _ = grad_fn(*args, 0j)
-            return result, lambda ct: unpack(grad_fn(*args, complex(ct))[1])
+            return result, lambda ct: tuple(grad_fn(*args, complex(ct))[1])
         if cotangent.ndim == 0:
             result, grads = grad_fn(*args, 1.0)
             kept = [grads]
@@ -348,17 +344,19 @@ def _native_vjp(grad_fn, cotangent, wrt):
                 # Later pullbacks recompute, since the caller owns the arrays handed over.
                 mine = list(kept.pop() if kept else grad_fn(*args, 1.0)[1])
                 for k, g in enumerate(mine):
-                    if k and _overlaps(g, mine, k):
+                    if not isinstance(g, np.ndarray):
+                        mine[k] = g * ct
+                    elif k and _overlaps(g, mine, k):
                         mine[k] = g = g.copy()      # a wrt named twice: its own array, scaled once
                     elif ct != 1.0:
                         g *= ct
-                return unpack(mine)
+                return tuple(mine)
             return result, pullback
         shape = tuple(d.value if isinstance(d, Const) else None for d in cotangent.shape)
         if None in shape:
             raise FlowgradError("the native backend needs a result of fixed shape for vjp; use backend='numpy'")
         result, _ = grad_fn(*args, np.zeros(shape, dtype=cotangent.dtype))
-        return result, lambda ct: unpack(grad_fn(*args, np.ascontiguousarray(ct, dtype=cotangent.dtype))[1])
+        return result, lambda ct: tuple(grad_fn(*args, np.ascontiguousarray(ct, dtype=cotangent.dtype))[1])
     return vjp_fn
 
 
@@ -602,9 +600,9 @@ def _run_vjp(entry, args, ckpt_values=None):
 
 
 def _overlaps(g, arrays, k):
-    """Whether array ``g`` may share memory with any of ``arrays[:k]``."""
+    """Whether array ``g`` may share memory with any of the arrays among ``arrays[:k]``."""
     for i in range(k):
-        if np.may_share_memory(g, arrays[i]):
+        if isinstance(arrays[i], np.ndarray) and np.may_share_memory(g, arrays[i]):
             return True
     return False
 

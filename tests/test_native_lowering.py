@@ -3,6 +3,7 @@ float64 compiled into the loops, NumPy ufuncs for other large transcendentals, h
 loops over strided views, reductions, the workspace kept between calls, tape reservation, dead-statement
 removal and direct adjoint writes. Each test checks values against NumPy / finite differences
 and, where the change is visible, that the generated code shows it."""
+import ast
 import platform
 import re
 import warnings
@@ -337,6 +338,12 @@ def test_workspace_reuse_keeps_returned_arrays_and_release_works():
     # one capacity check per tape before the time loop, none per push inside it
     grows = [line for line in src.splitlines() if "_rt.room(" in line and "_ws[" not in line]
     assert grows and all("_rt.trip_count(0, n_steps, 1) *" in line for line in grows)
+    # buffers of a shape known here are the caller's; the function hands back only the others
+    types = ast.literal_eval(src.split("WORKSPACE_time_loop_grad = ")[1].splitlines()[0])
+    handed = [line for line in src.splitlines() if line.strip().startswith("return ")][-1]
+    fixed = [t for t in types if t[2] is not None]
+    assert fixed and all(isinstance(t[2], tuple) for t in fixed), types
+    assert handed.rstrip(")").rsplit("(", 1)[1].count(",") == len(types) - len(fixed), (handed, types)
 
 
 def summed_products(xs, W):

@@ -88,7 +88,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
         self.counter = 0
         self.allocated_at_start = set()
         self.scratch = []           # allocations of fixed-shape temporaries, emitted once at entry
-        self.workspace = []         # (dtype, ndim, variable) of each buffer kept between calls
+        self.workspace = []         # (dtype, ndim, variable, fixed shape or None) of each buffer kept between calls
         self.outputs = []           # (dtype, ndim, position) of each fixed-shape array handed over
         self.carved = {}            # array of run-time shape -> the workspace buffer it is carved from
         self.reserved = set()       # tapes with room reserved for every push of the enclosing loop
@@ -223,17 +223,19 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
         name = self.fresh(hint)
         shape = [Const(d) if isinstance(d, int) else d for d in shape]
         if all(const_value(d) is not None for d in shape):
-            self.scratch += self.from_workspace(name, self.shape_tuple(shape), dtype, len(shape))
+            self.scratch += self.from_workspace(name, self.shape_tuple(shape), dtype, len(shape), _fixed(shape))
         else:
             self.line(f"{name} = {new_array(self.shape_tuple(shape), dtype)}", ind)
         return name
 
-    def from_workspace(self, name, shape, dtype, ndim):
+    def from_workspace(self, name, shape, dtype, ndim, fixed=None):
         """Lines binding ``name`` to its workspace buffer (allocated, zeroed, when missing or of
         another shape) and remembering that buffer for the next call. Each buffer belongs to one
-        name, so what a call leaves in it is what that name's statements wrote."""
+        name, so what a call leaves in it is what that name's statements wrote. ``fixed``: its
+        shape where known here (ints): the caller then allocates the buffer, and the function
+        does not hand it back (see ``_finish``)."""
         k = len(self.workspace)
-        self.workspace.append((np.dtype(dtype).name, ndim, f"_ws{k}"))
+        self.workspace.append((np.dtype(dtype).name, ndim, f"_ws{k}", fixed))
         return [f"{name} = _rt.fitted(_ws[{k}], {shape}, True)",
                 f"_ws{k} = {name}"]
 
@@ -1028,7 +1030,7 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
             low.line(f"{p.name} = {p.name}.copy()", ind)                      # never modified
         elif p.ndim and p in written:      # a large one is written in a copy kept between calls
             k = len(low.workspace)
-            low.workspace.append((np.dtype(p.dtype).name, p.ndim, f"_ws{k}"))
+            low.workspace.append((np.dtype(p.dtype).name, p.ndim, f"_ws{k}", None))
             low.line(f"{p.name} = _rt.copied(_ws[{k}], {p.name})", ind)
             low.line(f"_ws{k} = {p.name}", ind)
         elif p.ndim:                       # C order, so that loops may read it through flat views
@@ -1041,7 +1043,7 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
         elif _static_shape(c, params):
             shape = low.shape_tuple(c.shape)
             lines = low.from_outputs(c.name, shape, c.dtype, c.ndim, returned[c]) if c in returned \
-                else low.from_workspace(c.name, shape, c.dtype, c.ndim)
+                else low.from_workspace(c.name, shape, c.dtype, c.ndim, _fixed(c.shape))
             for text in lines:
                 low.line(text, ind)
             low.allocated_at_start.add(c.name)
@@ -1049,14 +1051,20 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
             low.line(f"{c.name} = np.empty({(0,) * c.ndim!r}, dtype={dtype_src(c.dtype)})", ind)
             if c not in returned:
                 k = len(low.workspace)
-                low.workspace.append((np.dtype(c.dtype).name, 1, f"_ws{k}"))
+                low.workspace.append((np.dtype(c.dtype).name, 1, f"_ws{k}", None))
                 low.line(f"_ws{k} = _ws[{k}]", ind)
                 low.carved[c.name] = f"_ws{k}"
     for t in tapes:
         k = len(low.workspace)
-        low.workspace.append((np.dtype(t.dtype).name, 1, t.name))     # returned as grown
+        low.workspace.append((np.dtype(t.dtype).name, 1, t.name, None))     # returned as grown
         low.line(f"{t.name} = _rt.room(_ws[{k}], 1024)", ind)
         low.line(f"{t.name}_top = 0", ind)
+
+
+def _fixed(shape):
+    """``shape`` as a tuple of ints, or None where a dimension is known only at run time."""
+    sizes = tuple(const_value(d) for d in shape)
+    return None if None in sizes else tuple(int(d) for d in sizes)
 
 
 def _large(c):
@@ -1077,16 +1085,20 @@ _PARALLEL_SAFE_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*_\d+)\b")
 
 
 def _finish(low, name, entry, returns):
-    """Insert the scratch bindings at ``entry``, return ``returns`` and the workspace, and
-    declare the workspace's buffer types for the caller (``WORKSPACE_<name>``) and the
-    fixed-shape arrays it hands over (``OUTPUTS_<name>``: type and position of each)."""
+    """Insert the scratch bindings at ``entry``, return ``returns`` and the workspace buffers a
+    call may replace (tapes, arrays of run-time shape), and declare the workspace's buffers for
+    the caller (``WORKSPACE_<name>``: dtype, dimensions, and the shape of one of fixed shape,
+    which the caller allocates and keeps) and the fixed-shape arrays it hands over
+    (``OUTPUTS_<name>``: type and position of each). Numba makes a Python object of each array
+    a function returns, about 0.9 us apiece: symm's gradient handed back its 18 buffers of fixed
+    shape on every call."""
     low.lines[entry:entry] = ["    " + a for a in low.scratch]
-    ws = "".join(var + ", " for _, _, var in low.workspace)
+    ws = "".join(var + ", " for _, _, var, fixed in low.workspace if fixed is None)
     low.line(f"return {returns}, ({ws})", 1)
     if low.parallel:
         low.lines[0] = "@_jit_parallel"
         low.lines = [_PARALLEL_SAFE_NAME.sub(r"\1_", line) for line in low.lines]
-    types = tuple((dt, nd) for dt, nd, _ in low.workspace)
+    types = tuple((dt, nd, fixed) for dt, nd, _, fixed in low.workspace)
     flushes = any("_rt.flush_subnormals()" in line for line in low.lines)
     return (HEADER + "\n".join(low.lines) + f"\n\n\nWORKSPACE_{name} = {types!r}\n"
             f"OUTPUTS_{name} = {tuple(low.outputs)!r}\nSITES_{name} = {tuple(low.sites)!r}\n"
@@ -1154,13 +1166,9 @@ def emit_grad(prog, gp, wrt) -> str:
         if g is None:
             outs.append(f"np.zeros({low.shape_tuple(w.shape)}, dtype={dtype_src(w.dtype)})" if w.ndim
                         else "0.0")
-        elif g.ndim == 0:
-            outs.append(f"np.full((1,), {g.name})")
         else:
-            outs.append(g.name)
-    wrapped = [o if w.ndim else (o if o.startswith("np.full") else f"np.full((1,), {o})")
-               for o, w in zip(outs, wrt)]
-    return _finish(low, prog.name + "_grad", entry, f"{result.name}, ({''.join(o + ', ' for o in wrapped)})")
+            outs.append(g.name)       # a scalar's as a number: an array of one element costs a Python object
+    return _finish(low, prog.name + "_grad", entry, f"{result.name}, ({''.join(o + ', ' for o in outs)})")
 
 
 def _lead_along_rows(s):

@@ -82,7 +82,8 @@ class Kernel:
         self.fn = fn
         self.flushes = flushes      # it flushes subnormal numbers to zero for a while (``native_math``)
         self.sites = sites          # the user's line of each index check, by its number
-        self.types = types
+        self.types = types          # per workspace buffer: (dtype, ndim, shape where fixed, else None)
+        self.grown = [k for k, (_, _, fixed) in enumerate(types) if fixed is None]    # handed back by each call
         self.out_types = out_types
         self.pool = []
         self.spare = [[] for _ in out_types]
@@ -169,7 +170,7 @@ class Kernel:
         first = not self.ready
         if first:
             self._prepare(args)
-        ws = self.pool.pop() if self.pool else tuple(np.empty((0,) * nd, dtype=dt) for dt, nd in self.types)
+        ws = self.pool.pop() if self.pool else self._workspace()
         args = args + (ws, tuple(self._offer(k) for k in range(len(self.out_types))))
         try:
             if first and self.marker:
@@ -190,12 +191,24 @@ class Kernel:
             if len(exc.args) < 2 or not isinstance(exc.args[0], str) or "{}" not in exc.args[0]:
                 raise
             raise ValueError(exc.args[0].format(*exc.args[1:])) from None     # check_sizes
-        self.pool.append(out[-1])
+        if self.grown:
+            ws = list(ws)
+            for k, buf in zip(self.grown, out[-1]):
+                ws[k] = buf
+            ws = tuple(ws)
+        self.pool.append(ws)
         handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
         for bufs, (_, _, position) in zip(self.spare, self.out_types):
             bufs.append(handed[position])
             del bufs[:-self.KEEP]
         return out[0] if len(out) == 2 else out[:-1]
+
+    def _workspace(self):
+        """A new workspace: the buffers of fixed shape allocated (zeroed, as the function would),
+        the others empty until the function makes them."""
+        from .native_runtime import huge_pages
+        return tuple(np.empty((0,) * nd, dtype=dt) if fixed is None else huge_pages(np.zeros(fixed, dtype=dt))
+                     for dt, nd, fixed in self.types)
 
     def _compile_here(self, args):
         """The first call in this process: a progress line if compiling takes a while, and the
