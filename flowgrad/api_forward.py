@@ -84,8 +84,8 @@ def _run(entry, args, extra):
 def _tangent_out(entry, value, tangent):
     """The result's tangent as the caller gets it: the result's structure, shape and type."""
     layout = entry.layout
-    if entry.backend == "native" and entry.result.ndim == 0:
-        tangent = tangent[0]
+    if entry.result.ndim == 0 and np.ndim(tangent):
+        tangent = tangent[0]        # native code hands a scalar's tangent over as an array of one
     if layout is not None and layout.packed:
         flat = np.array(tangent, dtype=layout.dtype)
         flat[:layout.header] = np.asarray(value)[:layout.header]      # sizes known at run time

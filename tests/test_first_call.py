@@ -201,3 +201,36 @@ def test_compiling_processes_take_turns(tmp_path):
     started, second, ready, first2, native2 = pickle.loads(run.stdout)
     assert started == (True, False) and second and ready
     np.testing.assert_allclose(native2, first2, rtol=1e-12)     # the NumPy backend's first result
+
+
+JVP_KERNEL = """
+import numpy as np
+
+
+def f(x, s):
+    return np.sum(np.sin(x)) * s
+"""
+
+JVP_SCRIPT = r'''
+import pickle, sys
+import numpy as np
+sys.path.insert(0, {folder!r})
+import jvpkernel, flowgrad
+primals, tangents = (np.linspace(0.1, 0.9, 5), 0.7), (np.ones(5), 0.5)
+sys.stdout.buffer.write(pickle.dumps(flowgrad.jvp(jvpkernel.f, primals, tangents, backend="native")))
+'''
+
+
+def test_a_tangent_of_a_scalar_result_while_native_code_compiles(tmp_path):
+    """The NumPy backend answers the first ``jvp`` call, handing over the tangent of a scalar
+    result as a number (native code hands it over as an array of one element)."""
+    (tmp_path / "jvpkernel.py").write_text(JVP_KERNEL)
+    env = dict(os.environ, FLOWGRAD_CACHE_DIR=str(tmp_path / "cache"), FLOWGRAD_TIERED="1")
+    run = subprocess.run([sys.executable, "-c", JVP_SCRIPT.format(folder=str(tmp_path))], capture_output=True,
+                         env=env, timeout=600)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    import pickle
+    value, tangent = pickle.loads(run.stdout)
+    x = np.linspace(0.1, 0.9, 5)
+    np.testing.assert_allclose(value, np.sum(np.sin(x)) * 0.7, rtol=1e-14)
+    np.testing.assert_allclose(tangent, np.sum(np.cos(x)) * 0.7 + np.sum(np.sin(x)) * 0.5, rtol=1e-13)
