@@ -404,6 +404,8 @@ def _vjp_mask_gather(ctx, call, gouts):
     gx = ctx.grad_ref(x)
     if gx is None:
         return []
+    if not x.ref.is_whole():            # its adjoint would be summed into the whole container
+        raise NotImplementedError("mask_gather from a view")
     return [Call("mask_add", [Read(Ref(gouts[0])), m], [gx.container])]
 
 
