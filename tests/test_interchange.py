@@ -197,6 +197,15 @@ def rows_not_leading(A, D):
     return np.sum(D * D)
 
 
+def rows_private(A, D):
+    """A value private to an iteration, in a loop starting past the first row with a step."""
+    n = A.shape[0]
+    for i in range(1, n, 2):
+        t = np.tanh(A[i, :])
+        D[i, :] += t * A[i, 0]
+    return np.sum(D * D)
+
+
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("native", marks=pytest.mark.native)])
 def test_a_loop_over_rows_becomes_statements_over_all_rows(backend):
     rng = np.random.default_rng(4)
@@ -210,6 +219,10 @@ def test_a_loop_over_rows_becomes_statements_over_all_rows(backend):
     assert "for " not in text and "array = 0.0" not in text and "x[0:+20, newaxis]" in text, text
     check_forward(rows, args, backend=backend, rtol=1e-12)
     check_grad(rows, args, (0, 1, 2, 3, 4), backend=backend)
+    args = (rng.standard_normal((40, 5)), rng.standard_normal((40, 5)))
+    assert "for i" not in flowgrad.jit(rows_private, backend=backend).ir(*args)
+    check_forward(rows_private, args, backend=backend, rtol=1e-12)
+    check_grad(rows_private, args, (0, 1), backend=backend)
     for fn in (rows_shifted, rows_not_leading):
         args = (A, D.copy()) if fn is rows_shifted else tuple(rng.standard_normal((3, n, 4)) for _ in 'AD')
         assert "for i" in flowgrad.jit(fn, backend=backend).ir(*args)

@@ -427,10 +427,11 @@ def _widened(loop, containers, namer):
     body = loop.body
     if not body or not all(isinstance(s, Assign) for s in body):
         raise _Unfit
-    var = loop.var
-    private = {c: Container(namer(c.name + "_rows"), c.dtype, (trips,) + c.shape)
+    var, start, step = loop.var, const_value(loop.start), const_value(loop.step)
+    at = op("subtract", scalar(var), Const(start)) if start else scalar(var)       # 0 at the first row
+    private = {c: Container(namer(c.name + "_rows"), c.dtype, ((trips - 1) * step + 1,) + c.shape)
                for c in _private(body) if c is not var}
-    body = [Assign(_own_row(s.dst, private, var), _own_rows(s.expr, private, var), s.accumulate, s.loc)
+    body = [Assign(_own_row(s.dst, private, at), _own_rows(s.expr, private, at), s.accumulate, s.loc)
             for s in body]
     _elementwise(body)
     rows = _Widen(loop, trips, {w.container for s in body for w in stmt_writes(s)})
@@ -445,22 +446,22 @@ def _widened(loop, containers, namer):
     return out
 
 
-def _own_row(ref, private, var):
-    """``ref``, of a container private to an iteration, as the same view of its row ``var`` in
-    the container ``private`` gives it."""
+def _own_row(ref, private, at):
+    """``ref``, of a container private to an iteration, as the same view of its row ``at`` (the
+    loop's variable less its start) in the container ``private`` gives it."""
     c = private.get(ref.container)
     if c is None:
         return ref
     if ref.perm is not None:
         raise _Unfit
-    return Ref(c, [Index(scalar(var))] + list(ref.items))
+    return Ref(c, [Index(at)] + list(ref.items))
 
 
-def _own_rows(e, private, var):
+def _own_rows(e, private, at):
     if isinstance(e, Read):
-        return Read(_own_row(e.ref, private, var))
+        return Read(_own_row(e.ref, private, at))
     if isinstance(e, Op):
-        return op(e.name, *(_own_rows(a, private, var) for a in e.args))
+        return op(e.name, *(_own_rows(a, private, at) for a in e.args))
     return e
 
 
