@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..autodiff.rules import CALLS
 from ..ir.core import (Assign, Call, Index, NewAxis, Op, Read, Ref, If, For, Slice, While, iter_reads, map_blocks,
                        same_expr, same_ref, stmt_reads, stmt_writes, walk)
 
@@ -31,8 +32,10 @@ def propagate_copies(stmts, results=(), calls=True):
     """``stmts`` with reads of array copies redirected to their originals, and calls whose one
     result is copied writing the copy's destination (see the module); ``results``: the
     containers handed to the caller. ``calls=False`` leaves the inputs of calls reading a copy
-    of part of an array as they are: in a captured program a call's input is a whole array (the
-    frontend copies a view into one), which the derivative rules of calls take it to be."""
+    of part of an array as they are, and those of calls standing for statements (a fixed
+    point's iteration, whose statements read the copy): in a captured program a call's input is
+    a whole array (the frontend copies a view into one), which the derivative rules of calls
+    take it to be."""
     out = _propagate(stmts, calls)
     reads = Counter(x.ref.container for s in walk(out) for x in stmt_reads(s))
     for c in results:
@@ -128,7 +131,7 @@ def _substitute(s, t, r, calls):
             return s
         return Assign(s.dst, _expr(s.expr, t, r), s.accumulate, s.loc)
     if isinstance(s, Call):
-        if not (calls or r.is_whole()):
+        if not (calls or r.is_whole() and CALLS[s.op].expand is None):
             return s
         return Call(s.op, [_expr(e, t, r) for e in s.inputs], s.outputs, s.attrs, s.loc)
     if isinstance(s, (For, While, If)):
