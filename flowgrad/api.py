@@ -177,7 +177,7 @@ class _Compiled:
         rest = (fn, args, wrt_spec, mode, *self.options)
         if backend == "native":
             self.kernel = native_backend.compile_source(self.src, fname)
-            native = self.kernel if cotangent is None else _native_vjp(self.kernel, cotangent, self.wrt)
+            native = self.kernel if cotangent is None else _native_vjp(self.kernel, cotangent)
             self.func = self._tiered(native, *rest)
         else:
             label = fname if mode in TANGENT_MODES else cap.name
@@ -324,7 +324,7 @@ class _Tiered:
         return out
 
 
-def _native_vjp(grad_fn, cotangent, wrt):
+def _native_vjp(grad_fn, cotangent):
     """The ``(result, pullback)`` convention over a compiled function running forward and backward
     together for a given cotangent. A scalar result's pullback is linear in the cotangent, so one
     call with cotangent 1 serves every pullback. A scalar's gradient comes as a number, an

@@ -1,11 +1,11 @@
 """Read the original instead of a copy while both hold the same values.
 
-Needs: a statement list (a captured program, a gradient's backward sweep). Changes: after ``t = g[v]`` (``t`` a
-transient array written whole), later statements of the same block read ``g[v]`` where they read
-``t``, until a statement writes ``t``, ``g`` or what ``v``'s indices read; a statement
-``g[v] = t`` in that stretch changes nothing and is removed. A read of part of ``t`` (``t[1:]``, as
-the gather pass leaves them) reads that part of ``g[v]``. ``eliminate_dead`` then drops the
-copy when nothing reads ``t`` any more.
+Needs: a statement list (a captured program, a gradient's backward sweep). Changes: after
+``t = g[v]`` (``t`` a transient array written whole), later statements of the same block read
+``g[v]`` where they read ``t``, until a statement writes ``t``, ``g`` or what ``v``'s indices
+read; a statement ``g[v] = t`` in that stretch changes nothing and is removed. A read of part of
+``t`` (``t[1:]``, as the gather pass leaves them) reads that part of ``g[v]``. ``eliminate_dead``
+then drops the copy when nothing reads ``t`` any more.
 
 The adjoint of an update ``x[v] = x[v] - f(...)`` saves ``g_x[v]``, writes it back scaled by one
 and spreads it to ``f``'s operands; after this pass the saved copy and the write-back are gone, and
