@@ -222,8 +222,9 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
         allocated here."""
         name = self.fresh(hint)
         shape = [Const(d) if isinstance(d, int) else d for d in shape]
-        if all(const_value(d) is not None for d in shape):
-            self.scratch += self.from_workspace(name, self.shape_tuple(shape), dtype, len(shape), _fixed(shape))
+        fixed = _fixed(shape)
+        if fixed is not None:
+            self.scratch += self.from_workspace(name, self.shape_tuple(shape), dtype, len(shape), fixed)
         else:
             self.line(f"{name} = {new_array(self.shape_tuple(shape), dtype)}", ind)
         return name
@@ -1073,8 +1074,8 @@ def _large(c):
     30 MiB matrix, copied into a kept buffer, took its forward from 22 to 8.4 ms, while a kept copy
     of adi's 0.17 MiB grid, which a fresh allocation gives back from cache, made its forward 1.2x
     slower (doitgen's 7 MiB array: no difference beyond noise)."""
-    sizes = [const_value(d) for d in c.shape]
-    return None not in sizes and math.prod(sizes) * np.dtype(c.dtype).itemsize > 2 << 20
+    sizes = _fixed(c.shape)
+    return sizes is not None and math.prod(sizes) * np.dtype(c.dtype).itemsize > 2 << 20
 
 
 # Numba's parallel passes rename the versions of a variable bound more than once (``x`` ->

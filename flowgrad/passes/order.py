@@ -38,7 +38,7 @@ from collections import Counter
 
 from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
                        Slice, While, apart, as_expr, child_blocks, const_value, is_cheap, iter_reads, loop_range,
-                       map_blocks, op, reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
+                       map_blocks, map_refs, op, reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
 
 
 def forward_independent_loops(stmts, results, containers, namer):
@@ -431,8 +431,7 @@ def _widened(loop, containers, namer):
     at = op("subtract", scalar(var), Const(start)) if start else scalar(var)       # 0 at the first row
     private = {c: Container(namer(c.name + "_rows"), c.dtype, ((trips - 1) * step + 1,) + c.shape)
                for c in _private(body) if c is not var}
-    body = [Assign(_own_row(s.dst, private, at), _own_rows(s.expr, private, at), s.accumulate, s.loc)
-            for s in body]
+    body = map_refs(body, lambda ref: _own_row(ref, private, at))
     _elementwise(body)
     rows = _Widen(loop, trips, {w.container for s in body for w in stmt_writes(s)})
     out = []
@@ -455,14 +454,6 @@ def _own_row(ref, private, at):
     if ref.perm is not None:
         raise _Unfit
     return Ref(c, [Index(at)] + list(ref.items))
-
-
-def _own_rows(e, private, at):
-    if isinstance(e, Read):
-        return Read(_own_row(e.ref, private, at))
-    if isinstance(e, Op):
-        return op(e.name, *(_own_rows(a, private, at) for a in e.args))
-    return e
 
 
 class _Widen:
@@ -493,8 +484,7 @@ class _Widen:
             raise _Unfit
         items, moved = [], False
         for it in ref.items:
-            uses = {r.ref.container for e in _exprs(it) for r in iter_reads(e)} if not isinstance(it, NewAxis) \
-                else set()
+            uses = {r.ref.container for e in _exprs(it) for r in iter_reads(e)}
             if uses & self.written:
                 raise _Unfit
             if var in uses:
@@ -657,7 +647,7 @@ class _Vectorise:
 def _exprs(it):
     if isinstance(it, Index):
         return (it.at,)
-    return (it.start, it.size, it.step)
+    return () if isinstance(it, NewAxis) else (it.start, it.size, it.step)
 
 
 def _at_start(e, var, start):
