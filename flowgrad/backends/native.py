@@ -19,7 +19,7 @@ import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take, Ref,
                        Slice, While, const_value, is_cheap, iter_reads, same_expr, same_ref,
-                       stmt_reads, stmt_writes, walk)
+                       stmt_containers, stmt_reads, stmt_writes, walk)
 from ..ir.elements import ELEMENTS
 from ..ir.printer import expr_text
 from . import Located
@@ -27,11 +27,12 @@ from .native_calls import (CALL_LOWERING, _scalar_type, lead_reduction, lower_pr
                            row_reduction, whole_reduction)
 from .native_collapse import CollapsedNests
 from .native_deps import (_apart_in_inner_loop, _arrays, _conflict, _element_parts, _much_smaller, _placed_reads,
-                          _product_sums, _reads_ahead, _reads_off, _tape_views, _view)
+                          _product_sums, _reads_ahead, _reads_off, _renamed, _tape_views, _view)
 from .native_locals import NestLocals
 from .native_kernel import (Deferred, Kernel, available, cache_dir, compile_source,  # noqa: F401 (the backend's
                             tiered)                                                   # interface)
 from .native_parallel import ParallelNests
+from .native_tapes import TapeTraffic, _written
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
 
@@ -77,13 +78,15 @@ def _smaller(shape, space):
 
 
 
-class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
+class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
     """Emits Numba-compilable source for a list of IR statements."""
 
     def __init__(self, containers, body=()):
         self.containers = containers
         self.product_sums = _product_sums(body)      # calls lowered with the sum that follows them
         self.tape_views = _tape_views(body)          # containers a pop rebinds to the tape's memory
+        self.tape_of = {}           # vector its pushes and pops bind to its tape's memory -> the tape (``_renamed``)
+        self.renamed = set()        # those vectors
         self.lines = []
         self.counter = 0
         self.allocated_at_start = set()
@@ -444,18 +447,18 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
                     (not s.ref.shape or self.binds(s))) or self.elsewhere(group, s):
                 pending.append(s)             # one element, computed, saved or restored; a vector bound to the
                 continue                      # tape; a statement over another space
-            if not self.joins(group, s) or any(_conflict(d, s) for d in later):
+            if not self.joins(group, s) or any(self.conflict(d, s) for d in later):
                 break
             up = []                         # what ``s`` needs, directly or through another
             for j in range(len(pending) - 1, -1, -1):
                 d = pending[j]
-                if _conflict(d, s) or any(_conflict(d, u) for u in up) or self.binds(d) and \
-                        not any(_conflict(d, e) for e in group + later + pending[:j]):
+                if self.conflict(d, s) or any(self.conflict(d, u) for u in up) or self.binds(d) and \
+                        not any(self.conflict(d, e) for e in group + later + pending[:j]):
                     up.insert(0, d)         # (a binding copies nothing: it runs first where it can)
             down = [d for d in pending if d not in up]
             for d in up:                    # it runs before the nest: past the group and past
                 passed = [e for e in pending[:pending.index(d)] if e not in up]   # what runs after it
-                if any(_conflict(d, e) for e in group + later + passed):
+                if any(self.conflict(d, e) for e in group + later + passed):
                     return before, group, later
             before += up
             group.append(s)
@@ -496,8 +499,22 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
         return bool(s.ref.shape) and not whole_block and not self.dynamic_whole(s.ref) and not self.binds(s)
 
     def binds(self, s):
-        """Whether pop ``s`` binds its vector to the popped part of the tape (``_tape_views``)."""
-        return isinstance(s, Pop) and s.ref.container in self.tape_views and s.ref.is_whole()
+        """Whether push or pop ``s`` binds its container to memory on the tape instead of copying:
+        a pop of a vector to the popped part (``_tape_views``), a push or pop of a renamed
+        container (``_renamed``)."""
+        if not isinstance(s, (Push, Pop)):
+            return False
+        c = s.ref.container
+        return c in self.renamed or isinstance(s, Pop) and c in self.tape_views and s.ref.is_whole()
+
+    def conflict(self, a, b):
+        """``_conflict``, where a push binding its container to new memory writes the container:
+        no statement touching it may move past the push."""
+        for p, t in ((a, b), (b, a)):
+            if isinstance(p, Push) and p.ref.container in self.renamed and p is not t and \
+                    p.ref.container in stmt_containers(t):
+                return True
+        return _conflict(a, b)
 
     def reduces(self, s):
         """The expression ``s`` reduces to one value over an iteration space of its own, or to one
@@ -734,80 +751,6 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
         self.line(f"{s.var.name} = {start} + ({trips} - 1 - {k}) * {step}", ind + 1)
         self.block(s.body, ind + 1)
 
-    def reserve(self, loop, ind):
-        """Before a forward loop: grow each tape it pushes to, once, to hold every push of all its
-        iterations, where that total is known at loop entry (sizes and nested trip counts fixed
-        by then). The pushes inside then skip their capacity checks. Returns the tapes reserved.
-
-        Where an iteration's pushes depend on the loop variable alone (durbin's ``y[:k]``, a
-        triangular inner loop), a loop over the same range first adds them up. A capacity check
-        in the loop, whose branch may rebind the tape, kept durbin's inner loops from being
-        optimised: its forward sweep ran 4x slower with the checks than without."""
-        varying = _written(loop.body) | {loop.var}
-        trips = f"_rt.trip_count({self.src(loop.start)}, {self.src(loop.stop)}, {self.src(loop.step)})"
-        fixed = self.demand([loop], varying - {loop.var}, trips)
-        moving = self.demand(loop.body, varying - {loop.var})
-        totals, summed = {}, {}
-        for tape, per_trip in fixed.items():
-            if tape in self.reserved:
-                continue
-            if per_trip is not None:
-                totals[tape] = per_trip
-            elif moving.get(tape) is not None:
-                summed[tape] = moving[tape]
-        if summed:
-            rng = f"range({self.src(loop.start)}, {self.src(loop.stop)}, {self.src(loop.step)})"
-            needs = {tape: self.fresh("need") for tape in summed}
-            for tape, need in needs.items():
-                self.line(f"{need} = 0", ind)
-            self.line(f"for {loop.var.name} in {rng}:", ind)
-            for tape, need in needs.items():
-                self.line(f"{need} += {summed[tape]}", ind + 1)
-            totals.update(needs)
-        for tape, total in totals.items():
-            top = tape + "_top"
-            self.line(f"{tape} = _rt.room({tape}, {top} + {total})", ind)
-        self.reserved |= set(totals)
-        return set(totals)
-
-    def demand(self, stmts, varying, trips=None):
-        """Per tape pushed in ``stmts``: the source of the number of elements pushed, or None where
-        it is not known ahead (a while loop; a size or trip count ``stmts`` change)."""
-        out = {}
-
-        def add(tape, text):
-            if tape in out and (out[tape] is None or text is None):
-                out[tape] = None
-            else:
-                out[tape] = text if tape not in out else f"{out[tape]} + {text}"
-
-        def fixed(*exprs):
-            return not any(r.ref.container in varying for e in exprs for r in iter_reads(e))
-
-        for s in stmts:
-            if isinstance(s, Push):
-                if self.dynamic_whole(s.ref) or not fixed(*s.ref.shape):
-                    add(s.tape.name, None)
-                else:
-                    add(s.tape.name, " * ".join(f"({x})" for x in self.extents(s.ref.shape)) or "1")
-            elif isinstance(s, For):
-                inner_varying = varying | _written(s.body) | {s.var}
-                count = trips if trips is not None else \
-                    f"_rt.trip_count({self.src(s.start)}, {self.src(s.stop)}, {self.src(s.step)})"
-                known = fixed(s.start, s.stop, s.step)
-                for tape, d in self.demand(s.body, inner_varying).items():
-                    add(tape, f"{count} * ({d})" if known and d is not None else None)
-            elif isinstance(s, If):
-                then, orelse = self.demand(s.then, varying), self.demand(s.orelse, varying)
-                for tape in dict.fromkeys(list(then) + list(orelse)):     # in program order
-                    a, b = then.get(tape, "0"), orelse.get(tape, "0")
-                    add(tape, None if a is None or b is None else f"max({a}, {b})")
-            elif isinstance(s, While):
-                for t in walk(s.body):
-                    if isinstance(t, Push):
-                        add(t.tape.name, None)
-        return out
-
     def needs_temp(self, s):
         """Whether the right side reads the destination at positions the loop nest writes before
         it reads them (NumPy reads them all first). Reading ahead of the write, at a constant
@@ -896,97 +839,6 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, Located):
     def shape_tuple(self, shape):
         return "(" + "".join(f"{x}, " for x in self.extents(shape)) + ")"
 
-    def dynamic_whole(self, ref):
-        """A whole container whose shape varies at run time: tapes record its actual extents."""
-        return ref.is_whole() and ref.container.ndim and self.needs_allocation(ref.container)
-
-    def push(self, s, ind):
-        tape, top = s.tape.name, s.tape.name + "_top"
-        shape = s.ref.shape
-        if self.dynamic_whole(s.ref):
-            c = s.ref.container
-            self.line(f"{tape} = _rt.room({tape}, {top} + {c.name}.size + {c.ndim})", ind)
-            self.flat_copy(f"{tape}[{top} + {{k}}]", c.name, c.ndim, "to tape", ind)
-            self.line(f"{top} += {c.name}.size", ind)
-            for d in range(c.ndim):
-                self.line(f"{tape}[{top} + {d}] = {c.name}.shape[{d}]", ind)
-            self.line(f"{top} += {c.ndim}", ind)
-            return
-        size = " * ".join(self.extents(shape)) or "1"
-        if tape not in self.reserved:
-            self.line(f"{tape} = _rt.room({tape}, {top} + {size})", ind)
-        if not shape:
-            self.line(f"{tape}[{top}] = {self.read(s.ref, [], ())}", ind)
-            self.line(f"{top} += 1", ind)
-            return
-        self.copy_tape(s.ref, tape, top, True, ind)
-
-    def flat_copy(self, slot, name, ndim, direction, ind):
-        """Copy array ``name`` (C-contiguous where it has several axes) element by element to (or from) ``slot`` (a format
-        string of the tape position ``{k}``): no temporary views or copies, which cost more than
-        the copy itself for the short arrays pushed in inner loops."""
-        k = self.fresh("k")
-        flat = name
-        if ndim > 1:
-            flat = self.fresh("flat")
-            self.line(f"{flat} = np.ascontiguousarray({name}).reshape({name}.size)", ind)
-        self.line(f"for {k} in range({name}.size):", ind)
-        pair = (slot.format(k=k), f"{flat}[{k}]")
-        self.line(f"{pair[0]} = {pair[1]}" if direction == "to tape" else f"{pair[1]} = {pair[0]}", ind + 1)
-
-    def copy_tape(self, ref, tape, cursor, to_tape, ind):
-        """Copy a view to (or from) ``tape`` at ``cursor`` in C order, advancing the cursor past
-        it: a whole matrix (or array of more axes) as one flat slice; any other view in one loop
-        nest over it, the tape indexed by the cursor plus the element's C-order position as an
-        unsigned integer, which spares the compiler a negative index's wrap-around, so that the
-        innermost loop vectorises. No array object is made per row: copying rows as slices ran a
-        scalar loop per row plus the row view's reference counting, a fifth of
-        nonlinear_diffusion_2d's gradient. (The whole matrix's slice copy measured faster in
-        gnn_scatter's gradient than a loop over its elements.)"""
-        shape = ref.shape
-        extents = self.extents(shape)
-        size = " * ".join(extents)
-        if ref.is_whole() and ref.container.ndim > 1:
-            flat = self.fresh("flat")
-            self.line(f"{flat} = {ref.container.name}.reshape(({size},))", ind)
-            buf = f"{tape}[{cursor}:{cursor} + {size}]"
-            self.line(f"{buf} = {flat}" if to_tape else f"{flat}[:] = {buf}", ind)
-        else:
-            names, inner = self.nest(shape, ind)
-            at = names[0]
-            for name, extent in zip(names[1:], extents[1:]):
-                at = f"({at}) * ({extent}) + {name}"
-            buf, view = f"{tape}[np.uint64({cursor} + {at})]", self.read(ref, names, shape)
-            self.line(f"{buf} = {view}" if to_tape else f"{view} = {buf}", inner)
-        self.line(f"{cursor} += {size}", ind)
-
-    def pop(self, s, ind):
-        tape, top = s.tape.name, s.tape.name + "_top"
-        shape = s.ref.shape
-        if self.dynamic_whole(s.ref):
-            c = s.ref.container
-            dims = [self.fresh("d") for _ in range(c.ndim)]
-            self.line(f"{top} -= {c.ndim}", ind)
-            for d, n in enumerate(dims):
-                self.line(f"{n} = int({tape}[{top} + {d}]{'.real' if c.dtype.kind == 'c' else ''})", ind)
-            self.line(f"{top} -= {' * '.join(dims)}", ind)
-            self.line(f"{c.name} = np.empty(({', '.join(dims)},), dtype={dtype_src(c.dtype)})", ind)
-            self.flat_copy(f"{tape}[{top} + {{k}}]", c.name, c.ndim, "from tape", ind)
-            return
-        if not shape:
-            self.line(f"{top} -= 1", ind)
-            self.line(f"{self.read(s.ref, [], ())} = {tape}[{top}]", ind)
-            return
-        size = " * ".join(self.extents(shape))
-        self.line(f"{top} -= {size}", ind)
-        c = s.ref.container
-        if c in self.tape_views and s.ref.is_whole():
-            self.line(f"{c.name} = {tape}[{top}:{top} + {size}]", ind)
-            return
-        start = self.fresh("p")
-        self.line(f"{start} = {top}", ind)
-        self.copy_tape(s.ref, tape, start, False, ind)
-
 
 
 # ---------------------------------------------------------------- whole functions
@@ -1008,10 +860,6 @@ def _static_shape(c, params):
     return True
 
 
-def _written(stmts):
-    return {w.container for s in walk(stmts) for w in stmt_writes(s)}
-
-
 def _used(stmts):
     """The containers ``stmts`` read or write (a container the passes left unused needs no memory)."""
     return {r.ref.container for s in walk(stmts) for r in stmt_reads(s)} | _written(stmts)
@@ -1027,6 +875,8 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
     written, used = _written(body), _used(body)
     low.returned = set(returned)
     for p in prog.params:
+        if p in low.renamed:
+            continue
         if p.ndim and p in written and (p in returned or not _large(p)):   # the caller's arrays are
             low.line(f"{p.name} = {p.name}.copy()", ind)                      # never modified
         elif p.ndim and p in written:      # a large one is written in a copy kept between calls
@@ -1037,7 +887,7 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
         elif p.ndim:                       # C order, so that loops may read it through flat views
             low.line(f"{p.name} = np.ascontiguousarray({p.name})", ind)
     for c in sorted(containers, key=lambda c: c.name):
-        if c.kind == "arg" or c in tapes or c not in used and c not in returned:
+        if c.kind == "arg" or c in tapes or c in low.renamed or c not in used and c not in returned:
             continue
         if c.ndim == 0:
             low.line(f"{c.name} = {_scalar_type(c.dtype)}(0)", ind)
@@ -1060,6 +910,18 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
         low.workspace.append((np.dtype(t.dtype).name, 1, t.name, None))     # returned as grown
         low.line(f"{t.name} = _rt.room(_ws[{k}], 1024)", ind)
         low.line(f"{t.name}_top = 0", ind)
+    for c in sorted(low.renamed, key=lambda c: c.name):    # its first memory at the bottom of its tape
+        tape, size = low.tape_of[c], " * ".join(low.extents(c.shape))
+        low.line(f"{tape} = _rt.room({tape}, {size})", ind)
+        if c in prog.params:        # holding the caller's values
+            slot = low.fresh("slot")
+            low.line(f"{slot} = {low.on_tape(c, tape, '0')}", ind)
+            low.line(f"{slot}[...] = {c.name}", ind)
+            low.line(f"{c.name} = {slot}", ind)
+        else:
+            low.line(f"{c.name} = {low.on_tape(c, tape, '0')}", ind)
+        low.line(f"{tape}_top = {size}", ind)
+        low.allocated_at_start.add(c.name)
 
 
 def _fixed(shape):
@@ -1146,6 +1008,8 @@ def emit_grad(prog, gp, wrt) -> str:
     tapes = [c for c in containers if c.kind == "tape"]     # a gradient program's own tapes too (reverse over reverse)
     returned = {result: 0}
     returned.update({gp.grads[w]: 1 + k for k, w in enumerate(wrt) if w in gp.grads})
+    low.tape_of = {c: tape.name for c, tape in _renamed(forward, gp.backward, returned).items()}
+    low.renamed = set(low.tape_of)
     _prologue(low, prog, containers, tapes, 1, forward + gp.backward, returned)
     entry = len(low.lines)
     # the adjoint sweep flushes subnormal numbers to zero (see native_math) from the end of the

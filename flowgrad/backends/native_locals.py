@@ -22,8 +22,9 @@ class NestLocals:
             if not isinstance(s, Assign) or s.accumulate or not s.dst.is_whole():
                 continue
             c = s.dst.container
-            if c.kind != "transient" or c in self.returned or c in self.tape_views or c.name in self.carved or \
-                    len(s.dst.shape) != len(space) or not all(same_expr(a, b) for a, b in zip(s.dst.shape, space)):
+            if c.kind != "transient" or c in self.returned or c in self.tape_views or c in self.renamed or \
+                    c.name in self.carved or len(s.dst.shape) != len(space) or \
+                    not all(same_expr(a, b) for a, b in zip(s.dst.shape, space)):
                 continue
             reads = [r for t in group[k + 1:] for r in stmt_reads(t) if r.ref.container is c]
             sums = [t for t in group[k + 1:] if any(w.container is c for w in stmt_writes(t))]
