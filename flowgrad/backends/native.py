@@ -86,7 +86,6 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         self.product_sums = _product_sums(body)      # calls lowered with the sum that follows them
         self.tape_views = _tape_views(body)          # containers a pop rebinds to the tape's memory
         self.tape_of = {}           # vector its pushes and pops bind to its tape's memory -> the tape (``_renamed``)
-        self.renamed = set()        # those vectors
         self.lines = []
         self.counter = 0
         self.allocated_at_start = set()
@@ -500,18 +499,18 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
 
     def binds(self, s):
         """Whether push or pop ``s`` binds its container to memory on the tape instead of copying:
-        a pop of a vector to the popped part (``_tape_views``), a push or pop of a renamed
-        container (``_renamed``)."""
+        a pop of a vector to the popped part (``_tape_views``), a push or pop of a vector that
+        moves along its tape (``_renamed``)."""
         if not isinstance(s, (Push, Pop)):
             return False
         c = s.ref.container
-        return c in self.renamed or isinstance(s, Pop) and c in self.tape_views and s.ref.is_whole()
+        return c in self.tape_of or isinstance(s, Pop) and c in self.tape_views and s.ref.is_whole()
 
     def conflict(self, a, b):
         """``_conflict``, where a push binding its container to new memory writes the container:
         no statement touching it may move past the push."""
         for p, t in ((a, b), (b, a)):
-            if isinstance(p, Push) and p.ref.container in self.renamed and p is not t and \
+            if isinstance(p, Push) and p.ref.container in self.tape_of and p is not t and \
                     p.ref.container in stmt_containers(t):
                 return True
         return _conflict(a, b)
@@ -875,7 +874,7 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
     written, used = _written(body), _used(body)
     low.returned = set(returned)
     for p in prog.params:
-        if p in low.renamed:
+        if p in low.tape_of:
             continue
         if p.ndim and p in written and (p in returned or not _large(p)):   # the caller's arrays are
             low.line(f"{p.name} = {p.name}.copy()", ind)                      # never modified
@@ -887,7 +886,7 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
         elif p.ndim:                       # C order, so that loops may read it through flat views
             low.line(f"{p.name} = np.ascontiguousarray({p.name})", ind)
     for c in sorted(containers, key=lambda c: c.name):
-        if c.kind == "arg" or c in tapes or c in low.renamed or c not in used and c not in returned:
+        if c.kind == "arg" or c in tapes or c in low.tape_of or c not in used and c not in returned:
             continue
         if c.ndim == 0:
             low.line(f"{c.name} = {_scalar_type(c.dtype)}(0)", ind)
@@ -910,8 +909,8 @@ def _prologue(low, prog, containers, tapes, ind, body, returned):
         low.workspace.append((np.dtype(t.dtype).name, 1, t.name, None))     # returned as grown
         low.line(f"{t.name} = _rt.room(_ws[{k}], 1024)", ind)
         low.line(f"{t.name}_top = 0", ind)
-    for c in sorted(low.renamed, key=lambda c: c.name):    # its first memory at the bottom of its tape
-        tape, size = low.tape_of[c], " * ".join(low.extents(c.shape))
+    for c, tape in sorted(low.tape_of.items(), key=lambda ct: ct[0].name):  # first memory: the tape's bottom
+        size = " * ".join(low.extents(c.shape))
         low.line(f"{tape} = _rt.room({tape}, {size})", ind)
         if c in prog.params:        # holding the caller's values
             slot = low.fresh("slot")
@@ -1009,7 +1008,6 @@ def emit_grad(prog, gp, wrt) -> str:
     returned = {result: 0}
     returned.update({gp.grads[w]: 1 + k for k, w in enumerate(wrt) if w in gp.grads})
     low.tape_of = {c: tape.name for c, tape in _renamed(forward, gp.backward, returned).items()}
-    low.renamed = set(low.tape_of)
     _prologue(low, prog, containers, tapes, 1, forward + gp.backward, returned)
     entry = len(low.lines)
     # the adjoint sweep flushes subnormal numbers to zero (see native_math) from the end of the

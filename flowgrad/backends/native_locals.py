@@ -22,7 +22,7 @@ class NestLocals:
             if not isinstance(s, Assign) or s.accumulate or not s.dst.is_whole():
                 continue
             c = s.dst.container
-            if c.kind != "transient" or c in self.returned or c in self.tape_views or c in self.renamed or \
+            if c.kind != "transient" or c in self.returned or c in self.tape_views or c in self.tape_of or \
                     c.name in self.carved or len(s.dst.shape) != len(space) or \
                     not all(same_expr(a, b) for a, b in zip(s.dst.shape, space)):
                 continue

@@ -14,7 +14,7 @@ def _written(stmts):
 
 class TapeTraffic:
     """For a ``Lowering`` (which gives ``line``, ``fresh``, ``src``, ``extents``, ``nest``,
-    ``read``, ``shape_tuple``, ``needs_allocation``, ``reserved``, ``renamed`` and ``tape_of``)."""
+    ``read``, ``shape_tuple``, ``needs_allocation``, ``reserved`` and ``tape_of``)."""
 
     def reserve(self, loop, ind):
         """Before a forward loop: grow each tape it pushes to, once, to hold every push of all its
@@ -49,10 +49,9 @@ class TapeTraffic:
         for tape, total in totals.items():
             top = tape + "_top"
             self.line(f"{tape} = _rt.room({tape}, {top} + {total})", ind)
-            for c in self.renamed:      # the tape may have moved: so does the memory it holds of ``c``
-                if self.tape_of[c] == tape:
-                    size = " * ".join(self.extents(c.shape))
-                    self.line(f"{c.name} = {self.on_tape(c, tape, f'{top} - {size}')}", ind)
+            for c in (c for c, on in self.tape_of.items() if on == tape):    # the tape may have moved, and
+                size = " * ".join(self.extents(c.shape))                        # so the vector lying on it
+                self.line(f"{c.name} = {self.on_tape(c, tape, f'{top} - {size}')}", ind)
         self.reserved |= set(totals)
         return set(totals)
 
@@ -113,7 +112,7 @@ class TapeTraffic:
         size = " * ".join(self.extents(shape)) or "1"
         if tape not in self.reserved:
             self.line(f"{tape} = _rt.room({tape}, {top} + {size})", ind)
-        if s.ref.container in self.renamed:     # its old values stay where they are, below the top
+        if s.ref.container in self.tape_of:     # its old values stay where they are, below the top
             self.line(f"{s.ref.container.name} = {self.on_tape(s.ref.container, tape, top)}", ind)
             self.line(f"{top} += {size}", ind)
             return
@@ -124,10 +123,8 @@ class TapeTraffic:
         self.copy_tape(s.ref, tape, top, True, ind)
 
     def on_tape(self, c, tape, start):
-        """Source of the part of ``tape`` from ``start`` on viewed as container ``c``."""
-        size = " * ".join(self.extents(c.shape))
-        view = f"{tape}[{start}:{start} + {size}]"
-        return view + (f".reshape({self.shape_tuple(c.shape)})" if c.ndim > 1 else "")
+        """Source of the part of ``tape`` from ``start`` on that holds vector ``c``."""
+        return f"{tape}[{start}:{start} + {' * '.join(self.extents(c.shape))}]"
 
     def flat_copy(self, slot, name, ndim, direction, ind):
         """Copy array ``name`` (C-contiguous where it has several axes) element by element to (or from) ``slot`` (a format
@@ -188,7 +185,7 @@ class TapeTraffic:
         size = " * ".join(self.extents(shape))
         self.line(f"{top} -= {size}", ind)
         c = s.ref.container
-        if c in self.renamed:           # the memory the push left below the top
+        if c in self.tape_of:           # the memory the push left below the top
             self.line(f"{c.name} = {self.on_tape(c, tape, f'{top} - {size}')}", ind)
             return
         if c in self.tape_views and s.ref.is_whole():
