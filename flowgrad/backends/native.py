@@ -510,8 +510,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         """``_conflict``, where a push binding its container to new memory writes the container:
         no statement touching it may move past the push."""
         for p, t in ((a, b), (b, a)):
-            if isinstance(p, Push) and p.ref.container in self.tape_of and p is not t and \
-                    p.ref.container in stmt_containers(t):
+            if isinstance(p, Push) and p.ref.container in self.tape_of and p.ref.container in stmt_containers(t):
                 return True
         return _conflict(a, b)
 

@@ -127,9 +127,9 @@ class TapeTraffic:
         return f"{tape}[{start}:{start} + {' * '.join(self.extents(c.shape))}]"
 
     def flat_copy(self, slot, name, ndim, direction, ind):
-        """Copy array ``name`` (C-contiguous where it has several axes) element by element to (or from) ``slot`` (a format
-        string of the tape position ``{k}``): no temporary views or copies, which cost more than
-        the copy itself for the short arrays pushed in inner loops."""
+        """Copy array ``name`` (C-contiguous where it has several axes) element by element to (or
+        from) ``slot`` (a format string of the tape position ``{k}``): no temporary views or
+        copies, which cost more than the copy itself for the short arrays pushed in inner loops."""
         k = self.fresh("k")
         flat = name
         if ndim > 1:

@@ -38,7 +38,8 @@ from collections import Counter
 
 from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
                        Slice, While, apart, as_expr, child_blocks, const_value, is_cheap, iter_reads, loop_range,
-                       map_blocks, map_refs, op, reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes, walk)
+                       map_blocks, map_refs, op, reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes,
+                       walk)
 
 
 def forward_independent_loops(stmts, results, containers, namer):
