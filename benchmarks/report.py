@@ -282,7 +282,7 @@ def _machine_lines(results):
         f"- 1-minute load average: {_load_text(results)} (on {m['cpu_count']} cores: above ~{m['cpu_count'] - 1} "
         "means other work shared the machine)" + _busy_warning(results),
         f"- Timing: median of adaptive repeats after one warm-up call, about {results['budget_s_per_kernel']:g} s "
-        f"of repeats per kernel" + (f", {results['repeat']} repeats each" if results.get("repeat") else "")
+        f"of repeats per kernel, every system's in {results.get('rounds', 1)} interleaved rounds" + (f", {results['repeat']} repeats each" if results.get("repeat") else "")
         + ("; --quick" if results.get("quick") else ""),
         f"- Compiled-code cache for first calls: {results.get('compile_cache', 'not recorded')}",
     ]

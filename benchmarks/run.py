@@ -13,7 +13,8 @@ forward (``flowgrad.jit``), the gradient (``flowgrad.grad``), the first-call lat
 transform and the gradient's peak memory; ``jax.jit(jax.grad(jax_kernel))`` with its compile
 time; and PyTorch autograd of the twin in ``benchmarks/torch_kernels.py``. Each timing is the
 median of repeated calls after one excluded warm-up call, with fresh copies of the arguments
-made outside the timed region. ``benchmarks/README.md`` explains the columns and the caveats.
+made outside the timed region; a kernel's systems are timed in interleaved rounds, so a change
+in the machine's load falls on all of them alike. ``benchmarks/README.md`` explains the columns and the caveats.
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NU
 # Agreement between systems at bench size (scaled max error, see ``max_error``): above this
 # the report lists the kernel. ``--check`` (test size) uses the stricter tolerances below.
 BENCH_GRAD_TOL = 1e-6
+
+# Rounds a kernel's measurements are interleaved in (``Timer.interleaved``).
+ROUNDS = 4
 CHECK_VALUE_RTOL = 1e-10
 CHECK_GRAD_RTOL = 1e-8
 
@@ -153,21 +157,53 @@ class Timer:
 
     def run(self, call, make_args, sync=_no_sync):
         """``(timing dict, output of the last call)``; ``make_args()`` runs outside the timed region."""
+        job = self.warm(call, make_args, sync)
+        self.interleaved([job], rounds=1)
+        return job.timing, job.out
+
+    def warm(self, call, make_args, sync=_no_sync):
+        """A ``Job`` for ``call``, after its warm-up call (excluded from the timing, its output kept)."""
         gc.collect()
         warmup_s, out = timed_call(call, make_args(), sync)
-        if self.repeat is None and warmup_s > 3 * self.share_s:
-            # Far over its share (a Python loop of tiny torch ops, say): one more call would double
-            # the kernel's time for little information, so the warm-up call is the sample.
-            return {"median_s": warmup_s, "min_s": warmup_s, "repeats": 0, "warmup_s": warmup_s,
-                    "times_s": [], "from_warmup": True}, out
-        times = []
-        for _ in range(self.count(warmup_s)):
-            args = make_args()
-            elapsed, out = timed_call(call, args, sync)
-            times.append(elapsed)
-            del args
-        return {"median_s": statistics.median(times), "min_s": min(times), "repeats": len(times),
-                "warmup_s": warmup_s, "times_s": times}, out
+        return Job(call, make_args, sync, warmup_s, out)
+
+    def interleaved(self, jobs, rounds=ROUNDS):
+        """Time ``jobs`` (``warm``) in ``rounds`` rounds, each running every job's share of its
+        repeats in turn, so that a change in the machine's load while a kernel is measured
+        falls on every system alike instead of on whichever ran then. Sets each job's
+        ``timing`` (its ``out``: the last call's output)."""
+        counts = {}
+        for job in jobs:
+            if self.repeat is None and job.warmup_s > 3 * self.share_s:
+                # Far over its share (a Python loop of tiny torch ops, say): one more call would double
+                # the kernel's time for little information, so the warm-up call is the sample.
+                job.timing = {"median_s": job.warmup_s, "min_s": job.warmup_s, "repeats": 0,
+                              "warmup_s": job.warmup_s, "times_s": [], "from_warmup": True}
+            else:
+                counts[id(job)] = self.count(job.warmup_s)
+        for r in range(rounds):
+            for job in jobs:
+                n = counts.get(id(job), 0) if job.error is None else 0
+                try:
+                    for _ in range(n * (r + 1) // rounds - n * r // rounds):    # the round's share of n
+                        args = job.make_args()
+                        elapsed, job.out = timed_call(job.call, args, job.sync)
+                        job.times.append(elapsed)
+                        del args
+                except Exception as exc:        # a call that ran once and failed when repeated
+                    job.error = exc
+        for job in jobs:
+            if id(job) in counts and job.error is None:
+                job.timing = {"median_s": statistics.median(job.times), "min_s": min(job.times),
+                              "repeats": len(job.times), "warmup_s": job.warmup_s, "times_s": job.times}
+
+
+class Job:
+    """One measurement: a call, how to make its arguments, its warm-up and the times so far."""
+
+    def __init__(self, call, make_args, sync, warmup_s, out):
+        self.call, self.make_args, self.sync, self.warmup_s, self.out = call, make_args, sync, warmup_s, out
+        self.times, self.timing, self.error = [], None, None
 
 
 def first_call(make_transform, make_args):
@@ -313,7 +349,10 @@ class Context:
 
 
 def bench_kernel(name, ctx):
-    """All measurements for one corpus kernel, as a JSON-ready dict (errors recorded, not raised)."""
+    """All measurements for one corpus kernel, as a JSON-ready dict (errors recorded, not raised).
+
+    Every system's calls are first made once (first calls, compiles, warm-ups), then timed
+    together, interleaved (``Timer.interleaved``), then checked against each other."""
     import flowgrad
 
     mod = kernels.load(name)
@@ -326,22 +365,30 @@ def bench_kernel(name, ctx):
              "numpy": {}, "flowgrad": {}, "jax": None, "torch": None, "errors": []}
     entry["loadavg_1min_before"] = _loadavg()
     start = time.perf_counter()
+    timed = []          # (where the timing goes, its key, the warmed-up job, the key of a failure, its name)
+    peaks = []          # (where the peak goes, its key, the call)
+
+    def warm(into, key, call, make_args, what, sync=_no_sync, error_key="error"):
+        job = timer.warm(call, make_args, sync)
+        timed.append((into, key, job, error_key, what))
+        return job.out
 
     try:
-        entry["numpy"]["fwd"], value = timer.run(mod.kernel, make)
+        value = warm(entry["numpy"], "fwd", mod.kernel, make, "numpy forward")
         entry["numpy"]["value"] = float(value)
-        entry["numpy"]["fwd_peak_bytes"] = peak_memory(mod.kernel, make)
+        peaks.append((entry["numpy"], "fwd_peak_bytes", mod.kernel))
     except Exception as exc:
         entry["numpy"]["error"] = _error_text(exc)
         entry["errors"].append(f"numpy forward: {_error_text(exc)}")
         value = None
 
-    reference = None                    # the first backend's gradient: what the others are compared to
+    flowgrad_grads = []                 # (backend, its gradient's entry, the gradient)
     for backend in ctx.backends:
         res = entry["flowgrad"][backend] = {}
         try:
             res["first_call_fwd_s"], fwd, _ = first_call(functools.partial(flowgrad.jit, mod.kernel, backend=backend), make)
-            res["fwd"], fvalue = timer.run(fwd.wait(), make)       # native code, once compiled
+            fvalue = warm(res, "fwd", fwd.wait(), make, f"flowgrad[{backend}] forward",     # native code, once compiled
+                          error_key="fwd_error")
             if value is not None:
                 res["fwd_rel_error"] = relative_error(fvalue, value)
         except Exception as exc:
@@ -350,16 +397,14 @@ def bench_kernel(name, ctx):
         try:
             res["first_call_grad_s"], g, _ = first_call(
                 functools.partial(flowgrad.grad, mod.kernel, wrt=mod.WRT, backend=backend), make)
-            res["grad"], grads = timer.run(g.wait(), make)
-            res["grad_peak_bytes"] = peak_memory(g, make)
-            if reference is None:
-                reference = (backend, grads)
-            else:
-                res["grad_error_vs_" + reference[0]] = max_error(grads, reference[1])
+            grads = warm(res, "grad", g.wait(), make, f"flowgrad[{backend}] gradient", error_key="grad_error")
+            flowgrad_grads.append((backend, res, grads))
+            peaks.append((res, "grad_peak_bytes", g))
         except Exception as exc:
             res["grad_error"] = _error_text(exc)
             entry["errors"].append(f"flowgrad[{backend}] gradient: {_error_text(exc)}")
 
+    twins = []                          # (entry, its gradient)
     if ctx.jax is not None:
         entry["jax"] = jax_entry = {}
         if hasattr(mod, "jax_kernel"):
@@ -370,9 +415,8 @@ def bench_kernel(name, ctx):
                 t0 = time.perf_counter()
                 jitted.lower(*jax_args).compile()
                 jax_entry["compile_s"] = time.perf_counter() - t0
-                jax_entry["grad"], jgrads = timer.run(jitted, lambda: jax_args, sync=jax.block_until_ready)
-                if reference is not None:
-                    jax_entry["grad_error_vs_" + reference[0]] = max_error(jgrads, reference[1])
+                twins.append((jax_entry, warm(jax_entry, "grad", jitted, lambda: jax_args, "jax",
+                                              sync=jax.block_until_ready)))
             except Exception as exc:
                 jax_entry["error"] = _error_text(exc)
                 entry["errors"].append(f"jax: {_error_text(exc)}")
@@ -383,12 +427,28 @@ def bench_kernel(name, ctx):
         entry["torch"] = torch_entry = {}
         try:
             grad_call, make_targs = torch_setup(ctx.torch, ctx.torch_kernels[name], mod, args)
-            torch_entry["grad"], tgrads = timer.run(grad_call, make_targs)
-            if reference is not None:
-                torch_entry["grad_error_vs_" + reference[0]] = max_error(tgrads, reference[1])
+            twins.append((torch_entry, warm(torch_entry, "grad", grad_call, make_targs, "torch")))
         except Exception as exc:
             torch_entry["error"] = _error_text(exc)
             entry["errors"].append(f"torch: {_error_text(exc)}")
+
+    timer.interleaved([job for _, _, job, _, _ in timed])
+    for into, key, job, error_key, what in timed:
+        if job.error is None:
+            into[key] = job.timing
+        else:
+            into[error_key] = _error_text(job.error)
+            entry["errors"].append(f"{what}: {_error_text(job.error)}")
+    for into, key, call in peaks:
+        into[key] = peak_memory(call, make)
+
+    # the first backend's gradient is what the others (backends, twins) are compared to
+    if flowgrad_grads:
+        ref_backend, _, reference = flowgrad_grads[0]
+        for backend, res, grads in flowgrad_grads[1:]:
+            res["grad_error_vs_" + ref_backend] = max_error(grads, reference)
+        for twin_entry, grads in twins:
+            twin_entry["grad_error_vs_" + ref_backend] = max_error(grads, reference)
 
     entry["wall_s"] = time.perf_counter() - start
     entry["loadavg_1min_after"] = _loadavg()
@@ -660,6 +720,7 @@ def _run(ns, names, size, budget, argv):
     command = "python -m benchmarks.run " + " ".join(argv)
     results = {
         "command": command.strip(), "size": size, "budget_s_per_kernel": budget, "repeat": ns.repeat,
+        "rounds": ROUNDS,
         "quick": ns.quick, "backends": backends, "unavailable_backends": unavailable,
         "jax": jax is not None, "torch": torch is not None,
         "machine": machine_info(torch), "bench_grad_tol": BENCH_GRAD_TOL,
