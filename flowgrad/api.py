@@ -38,7 +38,7 @@ TANGENT_MODES = {"jvp": (False, False), "hvp": (True, False), "jvp_dirs": (False
 def _arg_key(value, name, objects=False):
     """How an argument takes part in the signature a capture is cached under."""
     if type(value) is np.ndarray and value.dtype.kind in "biufc":
-        return ("array", value.shape, value.dtype.str)          # the common cases first
+        return ("array", value.shape, value.dtype)              # the common cases first
     if type(value) is float:
         return ("float", "f8")
     if pytree.is_node(value, objects):
@@ -48,7 +48,7 @@ def _arg_key(value, name, objects=False):
         if value.dtype.kind not in "biufc":
             raise InputError(f"argument {name!r} has dtype {value.dtype}; flowgrad differentiates numeric "
                              "arrays (float, complex, int, bool dtypes)")
-        return ("array", value.shape, value.dtype.str)
+        return ("array", value.shape, value.dtype)
     if isinstance(value, (bool, np.bool_)):
         return ("bool", bool(value))
     if isinstance(value, (int, np.integer)):
@@ -154,6 +154,7 @@ class _Compiled:
         self.kernel = None          # native: the compiled function with its workspace
         self.options = (loop_kinds, uncompute, implicit_while, recompute)
         self.ckpt_vars = sorted(loop_kinds or {})
+        self._zero_d = None         # the positions of the inputs that are 0-d arrays (``call_args``)
         key = None if hasattr(fn, "_flowgrad_capture") else _program_key(cap, backend, mode, wrt_spec, self.options)
         stored = native_kernel.load_program(key) if key else None
         if mode != "forward":
@@ -280,9 +281,16 @@ class _Compiled:
 
     def call_args(self, args, ckpt_values=None):
         """Values for the generated function's parameters (checkpoint parameters last)."""
-        # a 0-d array goes in as its element (Numba types it as an array, which an index cannot be)
-        values = [v[()] if isinstance(v, np.ndarray) and v.ndim == 0 else v for v in self.cap.inputs(args)]
-        return values + [int((ckpt_values or {})[v]) for v in self.ckpt_vars]
+        # a 0-d array goes in as its element (Numba types it as an array, which an index cannot be);
+        # which inputs are is part of the signature this program was made for
+        values = self.cap.inputs(args)
+        if self._zero_d is None:
+            self._zero_d = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) and v.ndim == 0]
+        for k in self._zero_d:
+            values[k] = values[k][()]
+        if self.ckpt_vars:
+            values += [int((ckpt_values or {})[v]) for v in self.ckpt_vars]
+        return values
 
     def arg_env(self, args):
         """Argument containers -> values, for evaluating trip counts and sizes."""
@@ -346,9 +354,11 @@ def _native_vjp(grad_fn, cotangent):
                 for k, g in enumerate(mine):
                     if not isinstance(g, np.ndarray):
                         mine[k] = g * ct
+                    elif ct == 1.0:
+                        continue                    # (arrays shared by two gradients: _format_grads copies)
                     elif k and _overlaps(g, mine, k):
-                        mine[k] = g = g.copy()      # a wrt named twice: its own array, scaled once
-                    elif ct != 1.0:
+                        mine[k] = g.copy()          # a wrt named twice: its own array, scaled once
+                    else:
                         g *= ct
                 return tuple(mine)
             return result, pullback
@@ -498,10 +508,8 @@ class _Transform:
             wrt = ()
         elif wrt is None:
             wrt = self.wrt_names(args, arguments)[0]
-        key = [tuple(_arg_key(v, n, n in wrt) for n, v in arguments.items())]
-        if self.mode != "forward":
-            key.append(wrt)
-        return tuple(key)
+        key = tuple([_arg_key(v, n, n in wrt) for n, v in arguments.items()])
+        return (key,) if self.mode == "forward" else (key, wrt)
 
     def compiled(self, args, arguments=None, wrt=None):
         """The store-all specialisation for these arguments' signature (captured on first use);
@@ -622,7 +630,8 @@ def _format_grads(entry, grads, wrt, single, args_by_name, fn=None):
 
     def leaf(g, v):
         if isinstance(v, np.ndarray):
-            g = np.asarray(g, dtype=v.dtype).reshape(v.shape)
+            if type(g) is not np.ndarray or g.dtype != v.dtype or g.shape != v.shape:
+                g = np.asarray(g, dtype=v.dtype).reshape(v.shape)
             if arrays and _overlaps(g, arrays, len(arrays)):
                 g = g.copy()                # a wrt named twice gets arrays of its own
             arrays.append(g)

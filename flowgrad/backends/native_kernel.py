@@ -158,7 +158,7 @@ class Kernel:
     def __call__(self, *args):
         if not self.flushes:
             return self._call(args)
-        from .native_math import fp_mode, restore_fp_mode
+        fp_mode, restore_fp_mode = _fp_functions()
         mode = fp_mode()
         try:
             return self._call(args)
@@ -171,7 +171,7 @@ class Kernel:
         if first:
             self._prepare(args)
         ws = self.pool.pop() if self.pool else self._workspace()
-        args = args + (ws, tuple(self._offer(k) for k in range(len(self.out_types))))
+        args = args + (ws, tuple([self._offer(k) for k in range(len(self.out_types))]))
         try:
             if first and self.marker:
                 out = self._compile_here(args)
@@ -200,7 +200,8 @@ class Kernel:
         handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
         for bufs, (_, _, position) in zip(self.spare, self.out_types):
             bufs.append(handed[position])
-            del bufs[:-self.KEEP]
+            if len(bufs) > self.KEEP:
+                del bufs[0]
         return out[0] if len(out) == 2 else out[:-1]
 
     def _workspace(self):
@@ -317,6 +318,14 @@ def _compile_elsewhere(source, name, types, marker):
     proc.stdin.close()
     proc.started, proc.marker = time.perf_counter(), marker
     return proc
+
+
+@functools.cache
+def _fp_functions():
+    """``native_math``'s ``(fp_mode, restore_fp_mode)``, imported at the first call that needs them
+    (an import statement costs a microsecond per call)."""
+    from .native_math import fp_mode, restore_fp_mode
+    return fp_mode, restore_fp_mode
 
 
 def _unheld(a):

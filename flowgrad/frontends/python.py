@@ -902,7 +902,13 @@ def capture(fn, args, object_args=()) -> Captured:
     names = list(signature.parameters)
     positional = all(p.kind == p.POSITIONAL_OR_KEYWORD for p in signature.parameters.values())
 
+    # without pytree arguments, the inputs are arguments picked by position (and the constants)
+    plain = positional and not trees and all(k is None and n in names for n, k in sources)
+    picks = [names.index(n) for n, _ in sources] if plain else None
+
     def inputs(call_args):
+        if picks is not None and len(call_args) == len(names):
+            return [call_args[j] for j in picks] + const_values
         if positional and len(call_args) == len(names):
             arguments = dict(zip(names, call_args))     # what binding gives, without its cost per call
         else:
