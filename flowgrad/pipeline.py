@@ -33,6 +33,7 @@ from .ir.core import Pop, Push, walk
 from .ir.printer import block_lines
 from .ir.verify import verify
 from .passes.bounds import hoist_view_bounds
+from .passes.bulk import bulk_tape_traffic
 from .passes.checks import insert_size_checks
 from .passes.cleared import assign_cleared_sums
 from .passes.complex_calls import refuse_complex_calls
@@ -142,6 +143,7 @@ REVERSE = [
     Step("hoist", "forward", lambda b, u: hoist_factorizations(b, u.containers, u.namer), forward_made=True),
     Step("hoist", "backward", lambda b, u: hoist_factorizations(b, u.containers, u.namer)),
     Step("hoist", "backward", lambda b, u: share_factorizations(u.sweeps["forward"], b)),
+    Step("bulk", ("forward", "backward"), lambda bs, u: bulk_tape_traffic(*bs), joint=True),
     Step("order", "backward", lambda b, u: forward_independent_loops(b, set(u.outputs), u.containers, u.namer)),
     Step("order", "backward", lambda b, u: fold_into_row_loops(b, set(u.outputs), u.containers, u.namer),
          when=native),

@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take, Ref,
-                       Slice, While, const_value, is_cheap, iter_reads, same_expr, same_ref,
+                       Slice, While, apart, const_value, is_cheap, iter_reads, loop_range, same_expr, same_ref,
                        stmt_containers, stmt_reads, stmt_writes, walk)
 from ..ir.elements import ELEMENTS
 from ..ir.printer import expr_text
@@ -95,6 +95,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         self.carved = {}            # array of run-time shape -> the workspace buffer it is carved from
         self.reserved = set()       # tapes with room reserved for every push of the enclosing loop
         self.nesting = 0            # loops and branches around the statement being lowered
+        self.ranges = {}            # variable -> ``loop_range`` of the loops around it
         self.once = {}              # values computed by statements that run once per call (see nn_ops)
         self.parallel = False       # whether some loop nest runs its outer loop over threads
         self.invariant = None       # while a fused nest is emitted: where and what to load ahead of its inner loop
@@ -303,9 +304,10 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
             # an element the innermost loop of a fused nest does not move (``s[i, 0]`` broadcast
             # along a row) and no statement of the nest writes is loaded once before that loop:
             # the stores in the loop would otherwise make the compiler load it again each time,
-            # which keeps a loop with a division from vectorising (measured 3.5x slower)
+            # which keeps a loop with a division from vectorising (measured 3.5x slower); so is one
+            # the nest writes only elsewhere (``g_x[i]`` beside ``g_x[0:i]``)
             _, inner, loads, written = self.invariant
-            if c not in written and not re.search(rf"\b{inner}\b", text):
+            if not re.search(rf"\b{inner}\b", text) and all(apart(ref, w, self.ranges) for w in written.get(c, ())):
                 if text not in loads:
                     loads[text] = self.fresh("ld")
                 return loads[text]
@@ -653,7 +655,9 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
             self.line(f"{slots[id(s)]} = {tape}[{top}:{top} + {size}]" +
                       (f".reshape({self.shape_tuple(shape)})" if len(shape) > 1 else ""), ind)
         names, inner = self.nest(shape, ind, parallel=parallel and len(shape) > 1)
-        written = {w.container for s in members for w in stmt_writes(s)}
+        written = {}                  # container -> the views the nest writes of it
+        for w in (w for s in members for w in stmt_writes(s)):
+            written.setdefault(w.container, []).append(w)
         self.invariant = (len(self.lines) - 1, names[-1], {}, written)
         work = dict(zip(map(id, members + reductions), pairs))
         acc_of = dict(zip(map(id, reductions), accs))
@@ -734,6 +738,15 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
             raise TypeError(f"cannot lower {s!r}")
 
     def for_loop(self, s, ind):
+        bounds = loop_range(s)
+        if bounds is not None:
+            self.ranges[s.var] = bounds
+        try:
+            self._for_loop(s, ind)
+        finally:
+            self.ranges.pop(s.var, None)
+
+    def _for_loop(self, s, ind):
         start, stop, step = self.src(s.start), self.src(s.stop), self.src(s.step)
         if not s.reverse:
             reserved = self.reserve(s, ind)
@@ -753,12 +766,13 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         """Whether the right side reads the destination at positions the loop nest writes before
         it reads them (NumPy reads them all first). Reading ahead of the write, at a constant
         offset the ascending nest reaches later (``V[:n] = f(V[1:n + 1], V[:n])``), or rows it
-        never writes, is safe."""
+        never writes, or elements apart from what it writes (``g_x[0:i] += g_x[i] * L[i, 0:i]``)
+        is safe."""
         dst = s.dst
         if not dst.shape:
             return False      # one element: the right side is computed before the store
         for r, placed in _placed_reads(s.expr):
-            if r.ref.container is dst.container and dst.container.ndim:
+            if r.ref.container is dst.container and dst.container.ndim and not apart(r.ref, dst, self.ranges):
                 if not placed or not (same_ref(r.ref, dst) and len(r.ref.shape) == len(dst.shape)) and \
                         not _reads_ahead(dst, r.ref):
                     return True

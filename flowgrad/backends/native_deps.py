@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from ..ir.core import (DISJOINT, F64, Assign, Call, Op, Pop, Push, Read, Slice, Take, child_blocks, const_value,
+from ..ir.core import (DISJOINT, F64, Assign, Call, Op, Pop, Push, Read, Slice, Take, apart, child_blocks, const_value,
                        iter_reads, reads_besides_sum, same_expr, same_ref, stmt_reads, stmt_writes, view_offsets,
                        walk)
 
@@ -64,9 +64,10 @@ def _placed_reads(e):
 
 def _reads_off(e, view):
     """Whether ``e`` reads the container of ``view`` at another element than the one a nest over
-    ``view`` is at: through another view of it, or through a gather."""
-    return any(r.ref.container is view.container and not (placed and same_ref(r.ref, view))
-               for r, placed in _placed_reads(e))
+    ``view`` is at: through another view of it, or through a gather; not where the view it reads
+    shares no element with ``view`` (``g_x[i]`` beside ``g_x[0:i]``)."""
+    return any(r.ref.container is view.container and not (placed and same_ref(r.ref, view)) and
+               not apart(r.ref, view) for r, placed in _placed_reads(e))
 
 
 def _tape_views(body):

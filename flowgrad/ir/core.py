@@ -477,7 +477,13 @@ def loop_range(s):
     written = {s.var} | {w.container for t in walk(s.body) for w in stmt_writes(t)}
     if any(r.ref.container in written for e in (s.start, s.stop) for r in iter_reads(e)):
         return None
-    return ((s.start, 0), (s.stop, -1)) if step > 0 else ((s.stop, 1), (s.start, 0))
+    start, stop = s.start, s.stop
+    if step > 0 and isinstance(stop, Op) and stop.name == "maximum" and len(stop.args) == 2:
+        # range(a, maximum(a, n)) runs only where n > a, and then stops at n
+        for x, y in (stop.args, stop.args[::-1]):
+            if same_expr(x, start):
+                stop = y
+    return ((start, 0), (stop, -1)) if step > 0 else ((stop, 1), (start, 0))
 
 
 def _indices_differ(p, q, ranges):
@@ -501,8 +507,8 @@ def _indices_differ(p, q, ranges):
 def apart(a: Ref, b: Ref, ranges=None) -> bool:
     """Whether views ``a`` and ``b`` of one container provably share no element: along some
     axis they fix different positions, one fixes a position outside the other's unit-step
-    slice, or their unit-step slices do not meet. ``ranges`` maps loop variables to their
-    ``loop_range``."""
+    slice, their unit-step slices do not meet, or one ends where the other starts or below
+    (``A[0:i, j]`` and ``A[i, i:n]``). ``ranges`` maps loop variables to their ``loop_range``."""
     ranges = ranges or {}
     xs = [it for it in a.items if not isinstance(it, NewAxis)]
     ys = [it for it in b.items if not isinstance(it, NewAxis)]
@@ -519,7 +525,40 @@ def apart(a: Ref, b: Ref, ranges=None) -> bool:
             d, nx, ny = difference(y.start, x.start), const_value(x.size), const_value(y.size)
             if d is not None and (nx is not None and d >= nx or ny is not None and -d >= ny):
                 return True
+        if _below(x, y) or _below(y, x):
+            return True
     return False
+
+
+def _below(x, y):
+    """Whether every position of item ``x`` lies below every position of item ``y`` (unit-step
+    slices): ``x`` ends where ``y`` starts, or below."""
+    end, start = _end(x), _start(y)
+    if end is None or start is None:
+        return False
+    d = difference(start, end)
+    return d is not None and d >= 0
+
+
+def _start(it):
+    if isinstance(it, Index):
+        return it.at
+    return it.start if isinstance(it, Slice) and const_value(it.step) == 1 else None
+
+
+def _end(it):
+    """One past the last position of item ``it``: a slice ``start:+maximum(0, n)`` ends below
+    ``start + n`` (it is empty where ``n`` is not positive)."""
+    if isinstance(it, Index):
+        return op("add", it.at, Const(1))
+    if not isinstance(it, Slice) or const_value(it.step) != 1:
+        return None
+    size = it.size
+    if isinstance(size, Op) and size.name == "maximum" and len(size.args) == 2:
+        zero = [k for k, arg in enumerate(size.args) if const_value(arg) == 0]
+        if zero:
+            size = size.args[1 - zero[0]]
+    return op("add", it.start, size)
 
 
 def substitute(e, c, by: Expr):

@@ -181,7 +181,7 @@ def _independent(loop, reads):
     for c in written:
         if c in private and not reads.outside(loop, c, inside[c]):
             continue
-        if not (_summed_only(c, body) or _own_part(c, body, loop)):
+        if not (_summed_only(c, body) or _own_part(c, body, loop) or _summed_apart(c, body, loop)):
             return False
     return True
 
@@ -210,6 +210,46 @@ def _summed_only(c, body):
         if any(r.ref.container is c for r in reads_besides_sum(s)):
             return False
     return True
+
+
+def _summed_apart(c, body, loop):
+    """Every write of ``c`` is a sum into it, and it is read besides only where no iteration sums
+    into it (``gold = g_A[i, j]``, ``j`` from ``i`` on, beside sums into ``g_A[i, 0:i]`` and
+    ``g_A[0:i, j]``): what each view covers over all the iterations is compared."""
+    writes, reads = [], []
+    for s in body:
+        if any(w.container is c for w in stmt_writes(s)):
+            if not (isinstance(s, Assign) and s.accumulate):
+                return False
+            writes.append(s.dst)
+        reads += [r.ref for r in reads_besides_sum(s) if r.ref.container is c]
+    spans = [_span(ref, loop) for ref in writes + reads]
+    if not reads or any(x is None for x in spans):
+        return False
+    return all(apart(r, w) for r in spans[len(writes):] for w in spans[:len(writes)])
+
+
+def _span(ref, loop):
+    """The elements view ``ref`` covers over all the iterations of ``loop`` (of unit step): an
+    index the loop's variable moves (``var + k``) becomes a slice over the loop's range; None
+    where the view depends on the loop otherwise."""
+    if ref.perm is not None or const_value(loop.step) != 1 or loop_range(loop) is None:
+        return None
+    varying = {w.container for s in walk(loop.body) for w in stmt_writes(s)} - {loop.var}
+    items = []
+    for it in ref.items:
+        exprs = [it.at] if isinstance(it, Index) else [it.start, it.size, it.step] if isinstance(it, Slice) else []
+        read = {r.ref.container for e in exprs for r in iter_reads(e)}
+        if read & varying:
+            return None
+        if loop.var not in read:
+            items.append(it)
+        elif isinstance(it, Index) and _shifted(it.at, loop.var):
+            start = op("add", loop.start, op("subtract", it.at, scalar(loop.var)))
+            items.append(Slice(start, op("maximum", Const(0), op("subtract", loop.stop, loop.start)), 1))
+        else:
+            return None
+    return Ref(ref.container, items)
 
 
 def _own_part(c, body, loop):
@@ -433,7 +473,7 @@ def _widened(loop, containers, namer):
     private = {c: Container(namer(c.name + "_rows"), c.dtype, ((trips - 1) * step + 1,) + c.shape)
                for c in _private(body) if c is not var}
     body = map_refs(body, lambda ref: _own_row(ref, private, at))
-    _elementwise(body)
+    _elementwise(body, loop)
     rows = _Widen(loop, trips, {w.container for s in body for w in stmt_writes(s)})
     out = []
     for s in body:
@@ -529,10 +569,11 @@ def _over_iterations(vec, defs, stmts, containers, namer):
     becomes a ``sum``. A definition reading a part of a written container that no iteration
     writes (``gold = g_x[i]`` in a loop summing into ``g_x[j]``, ``j < i``) is computed once,
     ahead of the statements, where the loop runs at least once."""
-    _elementwise(stmts)
+    _elementwise(stmts, vec.loop)
     body = []
     for s in defs:
-        if any(r.ref.container in vec.written and r.ref.container not in vec.defs for r in iter_reads(s.expr)):
+        if any(r.ref.container in vec.written and r.ref.container not in vec.defs and
+               not _never_written(r.ref, vec.loop) for r in iter_reads(s.expr)):
             body.append(_ahead(vec, s))
             continue
         if not is_cheap(s.expr):
@@ -551,6 +592,16 @@ def _over_iterations(vec, defs, stmts, containers, namer):
         else:
             raise _Unfit
     return body
+
+
+def _never_written(ref, loop):
+    """Whether no iteration of ``loop`` writes what view ``ref`` covers over its iterations
+    (``g_A[i, j]`` for ``j`` from ``i`` on, where the loop sums into ``g_A[i, 0:i]`` and
+    ``g_A[0:i, j]``): read there, the view holds the same values whatever the order."""
+    span = _span(ref, loop)
+    writes = [w for s in walk(loop.body) for w in stmt_writes(s) if w.container is ref.container]
+    spans = [_span(w, loop) for w in writes]
+    return span is not None and None not in spans and all(apart(span, w) for w in spans)
 
 
 def _ahead(vec, s):
@@ -576,15 +627,23 @@ def _scalar_def(s):
     return isinstance(s, Assign) and not s.accumulate and s.dst.container.ndim == 0
 
 
-def _elementwise(stmts):
-    """Each container the statements write is written through one view and read only there, so
-    their order per element is all that matters."""
+def _elementwise(stmts, loop):
+    """Each container the statements write is written through views that share no element over
+    the iterations of ``loop`` (one view, or ``g_A[i, 0:i]`` and ``g_A[0:i, j]`` for ``j`` from
+    ``i`` on) and read only through them, so their order per element is all that matters."""
     views = {}
     for s in stmts:
-        if not same_ref(views.setdefault(s.dst.container, s.dst), s.dst):
-            raise _Unfit
+        seen = views.setdefault(s.dst.container, [])
+        if not any(same_ref(v, s.dst) for v in seen):
+            seen.append(s.dst)
+    for vs in views.values():
+        if len(vs) > 1:
+            spans = [_span(v, loop) for v in vs]
+            if any(x is None for x in spans) or \
+                    not all(apart(x, y) for k, x in enumerate(spans) for y in spans[k + 1:]):
+                raise _Unfit
     for s in stmts:
-        if any(r.ref.container in views and not same_ref(r.ref, views[r.ref.container])
+        if any(r.ref.container in views and not any(same_ref(r.ref, v) for v in views[r.ref.container])
                for r in list(iter_reads(s.expr)) + [r for e in s.dst.index_exprs() for r in iter_reads(e)]):
             raise _Unfit
 
