@@ -66,8 +66,9 @@ def _bulk(loop, push):
         return None
     axis = axes[0]
     written = {var} | {w.container for s in walk(loop.body) for w in stmt_writes(s)}
-    others = [Ref(ref.container, [it for k, it in enumerate(ref.items) if k != axis])]
-    if any(r.ref.container in written for e in others[0].index_exprs() for r in iter_reads(e)):
+    others = [e for k, it in enumerate(ref.items) if k != axis
+              for e in ((it.at,) if isinstance(it, Index) else (it.start, it.size, it.step))]
+    if any(r.ref.container in written for e in others for r in iter_reads(e)):
         return None                 # the other axes' positions must be the same in every iteration
     if any(isinstance(s, (Push, Pop)) and s.tape is push.tape and s is not push for s in walk(loop.body)):
         return None
@@ -132,8 +133,7 @@ def _pop_place(back, pop_of, whole):
     if any(r.ref.container in written for e in pop.ref.index_exprs() for r in iter_reads(e)
            if r.ref.container is not back.var):
         return None
-    before = after = False
-    popped = False
+    read_before = read_after = popped = False      # an iteration's own part, read before or after its pop
     for s in back.body:
         popped = popped or s is pop
         for t in walk([s]):
@@ -143,12 +143,12 @@ def _pop_place(back, pop_of, whole):
                 if r.ref.container is not c:
                     continue
                 if same_ref(r.ref, pop.ref):
-                    after, before = after or popped, before or not popped
+                    read_after, read_before = read_after or popped, read_before or not popped
                 elif not apart(r.ref, whole):
                     return None
-    if before and after:
+    if read_before and read_after:
         return None
-    return "before" if after else "after"
+    return "before" if read_after else "after"
 
 
 def _without(loop, s):
