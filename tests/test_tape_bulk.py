@@ -99,3 +99,15 @@ def test_a_loop_up_to_a_clipped_bound_stops_at_the_bound_where_it_runs():
     loop = For(j, 0, op("maximum", Const(0), vi), 1, [])
     (lo, _), (hi, k) = loop_range(loop)
     assert lo.value == 0 and isinstance(hi, Read) and hi.ref.container is i and k == -1
+
+
+def test_a_loop_pushing_onto_two_tapes_saves_each_in_one_entry(backend):
+    # Gram-Schmidt's column loop saves R[k, j] and the column A[:, j] per iteration: both go in
+    # one entry each, and the loop's adjoint runs forwards
+    from benchmarks.kernels import gramschmidt
+    args = gramschmidt.args("test")
+    check_grad(gramschmidt.kernel, args, gramschmidt.WRT, backend=backend)
+    forward, backward = _sweeps(gramschmidt.kernel, args, gramschmidt.WRT, backend)
+    assert re.search(r"pop tape_A -> A\[0:\+12, \(k \+ 1\):\+maximum", backward), backward
+    assert re.search(r"pop tape_array_1 -> array_1\[k, \(k \+ 1\):\+maximum", backward), backward
+    assert re.search(r"for j in \(k \+ 1\):8:1:", backward), backward

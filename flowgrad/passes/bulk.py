@@ -30,7 +30,16 @@ from ..ir.core import (Const, For, Index, NewAxis, Pop, Push, Read, Ref, Slice, 
 
 def bulk_tape_traffic(forward, backward):
     """``[forward, backward]`` with the pushes and pops of the loops described above in one
-    entry each (see the module)."""
+    entry each (see the module); a loop pushing onto several tapes so, one tape per round."""
+    while True:
+        new = _bulk_round(forward, backward)
+        if new is None:
+            return [forward, backward]
+        forward, backward = new
+
+
+def _bulk_round(forward, backward):
+    """The sweeps with one push and its pop per loop in one entry, or None where none is."""
     replace = {}            # id of a loop -> the statements it becomes
     for loop in walk(forward):
         if not isinstance(loop, For) or loop.reverse:
@@ -48,8 +57,8 @@ def bulk_tape_traffic(forward, backward):
                 [_without(back, pop), bulk_pop]
             break
     if not replace:
-        return [forward, backward]
-    return [_rebuild(forward, replace), _rebuild(backward, replace)]
+        return None
+    return _rebuild(forward, replace), _rebuild(backward, replace)
 
 
 def _bulk(loop, push):
