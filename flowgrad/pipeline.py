@@ -19,8 +19,8 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
               iteration), hoisted factorisations, native gathers and packing, view bounds
     REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
               backward sweep, keep in the forward sweep what it needs, hoist and share
-              factorisations, order independent loops, then the native and bounds steps over both
-              sweeps
+              factorisations, save the parts a loop overwrites in one tape entry, order
+              independent loops, then the native and bounds steps over both sweeps
     TANGENT   the tangent program built by ``autodiff.forward`` (and ``autodiff.batch``), such calls
               expanded first
 """
