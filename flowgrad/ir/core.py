@@ -486,6 +486,37 @@ def loop_range(s):
     return ((start, 0), (stop, -1)) if step > 0 else ((stop, 1), (start, 0))
 
 
+def shifted(e, var):
+    """Whether ``e`` is ``var``, ``var + k`` or ``var - k`` for a constant ``k``."""
+    if isinstance(e, Read):
+        return e.ref.container is var
+    return isinstance(e, Op) and e.name in ("add", "subtract") and len(e.args) == 2 and \
+        shifted(e.args[0], var) and isinstance(e.args[1], Const)
+
+
+def loop_span(ref, loop):
+    """The elements view ``ref`` covers over all the iterations of ``loop`` (of unit step): an
+    index the loop's variable moves (``var + k``) becomes a slice over the loop's range; None
+    where the view depends on the loop otherwise."""
+    if ref.perm is not None or const_value(loop.step) != 1 or loop_range(loop) is None:
+        return None
+    varying = {w.container for s in walk(loop.body) for w in stmt_writes(s)} - {loop.var}
+    items = []
+    for it in ref.items:
+        exprs = [it.at] if isinstance(it, Index) else [it.start, it.size, it.step] if isinstance(it, Slice) else []
+        read = {r.ref.container for e in exprs for r in iter_reads(e)}
+        if read & varying:
+            return None
+        if loop.var not in read:
+            items.append(it)
+        elif isinstance(it, Index) and shifted(it.at, loop.var):
+            start = op("add", loop.start, op("subtract", it.at, scalar(loop.var)))
+            items.append(Slice(start, op("maximum", Const(0), op("subtract", loop.stop, loop.start)), 1))
+        else:
+            return None
+    return Ref(ref.container, items)
+
+
 def _indices_differ(p, q, ranges):
     """Whether integer expressions ``p`` and ``q`` provably differ, ``ranges`` giving the values
     loop variables take (``loop_range``): ``j`` of ``range(0, i)`` is never ``i``."""

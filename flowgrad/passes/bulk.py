@@ -23,9 +23,8 @@ another loop of the same variable uses, is left alone.
 """
 from __future__ import annotations
 
-from ..ir.core import (Const, For, Index, NewAxis, Pop, Push, Read, Ref, Slice, apart, const_value, iter_reads,
-                       loop_range, map_blocks, op, same_expr, same_ref, scalar, split_offset, stmt_reads, stmt_writes,
-                       walk)
+from ..ir.core import (For, Index, NewAxis, Pop, Push, apart, iter_reads, loop_range, loop_span, map_blocks,
+                       same_expr, same_ref, shifted, stmt_reads, stmt_writes, walk)
 
 
 def bulk_tape_traffic(forward, backward):
@@ -65,41 +64,22 @@ def _bulk(loop, push):
     """The view of all the parts ``loop`` pushes with ``push``, or None where the loop's
     iterations do not each push their own part before writing it (see the module)."""
     ref, var = push.ref, loop.var
-    step = const_value(loop.step)
-    if not push.copy or ref.perm is not None or step != 1 or loop_range(loop) is None:
+    if not push.copy or any(isinstance(it, NewAxis) for it in ref.items):
         return None
-    if any(isinstance(it, NewAxis) for it in ref.items):
+    axes = [k for k, it in enumerate(ref.items) if isinstance(it, Index) and shifted(it.at, var)]
+    whole = loop_span(ref, loop)        # None unless the other axes' positions are the same every iteration
+    if len(axes) != 1 or whole is None:
         return None
-    axes = [k for k, it in enumerate(ref.items) if isinstance(it, Index) and _moves(it.at, var)]
-    if len(axes) != 1:
-        return None
-    axis = axes[0]
-    written = {var} | {w.container for s in walk(loop.body) for w in stmt_writes(s)}
-    others = [e for k, it in enumerate(ref.items) if k != axis
-              for e in ((it.at,) if isinstance(it, Index) else (it.start, it.size, it.step))]
-    if any(r.ref.container in written for e in others for r in iter_reads(e)):
-        return None                 # the other axes' positions must be the same in every iteration
     if any(isinstance(s, (Push, Pop)) and s.tape is push.tape and s is not push for s in walk(loop.body)):
         return None
-    c, at = ref.container, ref.items[axis].at
+    c, axis, at = ref.container, axes[0], ref.items[axes[0]].at
     seen = False
     for s in loop.body:
         seen = seen or s is push
         for w in (w for t in walk([s]) for w in stmt_writes(t) if w.container is c):
             if not seen or not _own(w, axis, at):
                 return None
-    offset = op("subtract", at, scalar(var))                    # the part's position less the variable
-    start = op("add", loop.start, offset)
-    trips = op("maximum", Const(0), op("subtract", loop.stop, loop.start))
-    items = list(ref.items)
-    items[axis] = Slice(start, trips, 1)
-    return Ref(c, items)
-
-
-def _moves(e, var):
-    """Whether ``e`` is ``var`` plus or minus a constant."""
-    base, _ = split_offset(e)
-    return isinstance(base, Read) and base.ref.container is var and not base.ref.items
+    return whole
 
 
 def _own(ref, axis, at):

@@ -38,8 +38,8 @@ from collections import Counter
 
 from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Ref,
                        Slice, While, apart, as_expr, child_blocks, const_value, is_cheap, iter_reads, loop_range,
-                       map_blocks, map_refs, op, reads_besides_sum, same_expr, same_ref, scalar, stmt_reads, stmt_writes,
-                       walk)
+                       loop_span, map_blocks, map_refs, op, reads_besides_sum, same_expr, same_ref, scalar, shifted,
+                       stmt_reads, stmt_writes, walk)
 
 
 def forward_independent_loops(stmts, results, containers, namer):
@@ -216,40 +216,12 @@ def _summed_apart(c, body, loop):
     """Every write of ``c`` is a sum into it, and it is read besides only where no iteration sums
     into it (``gold = g_A[i, j]``, ``j`` from ``i`` on, beside sums into ``g_A[i, 0:i]`` and
     ``g_A[0:i, j]``): what each view covers over all the iterations is compared."""
-    writes, reads = [], []
+    reads = []
     for s in body:
-        if any(w.container is c for w in stmt_writes(s)):
-            if not (isinstance(s, Assign) and s.accumulate):
-                return False
-            writes.append(s.dst)
+        if any(w.container is c for w in stmt_writes(s)) and not (isinstance(s, Assign) and s.accumulate):
+            return False
         reads += [r.ref for r in reads_besides_sum(s) if r.ref.container is c]
-    spans = [_span(ref, loop) for ref in writes + reads]
-    if not reads or any(x is None for x in spans):
-        return False
-    return all(apart(r, w) for r in spans[len(writes):] for w in spans[:len(writes)])
-
-
-def _span(ref, loop):
-    """The elements view ``ref`` covers over all the iterations of ``loop`` (of unit step): an
-    index the loop's variable moves (``var + k``) becomes a slice over the loop's range; None
-    where the view depends on the loop otherwise."""
-    if ref.perm is not None or const_value(loop.step) != 1 or loop_range(loop) is None:
-        return None
-    varying = {w.container for s in walk(loop.body) for w in stmt_writes(s)} - {loop.var}
-    items = []
-    for it in ref.items:
-        exprs = [it.at] if isinstance(it, Index) else [it.start, it.size, it.step] if isinstance(it, Slice) else []
-        read = {r.ref.container for e in exprs for r in iter_reads(e)}
-        if read & varying:
-            return None
-        if loop.var not in read:
-            items.append(it)
-        elif isinstance(it, Index) and _shifted(it.at, loop.var):
-            start = op("add", loop.start, op("subtract", it.at, scalar(loop.var)))
-            items.append(Slice(start, op("maximum", Const(0), op("subtract", loop.stop, loop.start)), 1))
-        else:
-            return None
-    return Ref(ref.container, items)
+    return bool(reads) and all(_never_written(r, loop) for r in reads)
 
 
 def _own_part(c, body, loop):
@@ -264,7 +236,7 @@ def _own_part(c, body, loop):
         if ref.perm is not None or any(isinstance(it, NewAxis) for it in ref.items):
             return False
         if at is None:
-            axis = next((k for k, it in enumerate(ref.items) if isinstance(it, Index) and _shifted(it.at, var)),
+            axis = next((k for k, it in enumerate(ref.items) if isinstance(it, Index) and shifted(it.at, var)),
                         None)
             if axis is None:
                 return False
@@ -283,14 +255,6 @@ def _unwritten(ref, writes, loop, body):
     if bounds is None or any(r.ref.container in varying for e in ref.index_exprs() for r in iter_reads(e)):
         return False
     return all(apart(ref, w, {loop.var: bounds}) for w in writes)
-
-
-def _shifted(e, var):
-    """Whether ``e`` is ``var``, ``var + k`` or ``var - k`` for a constant ``k``."""
-    if isinstance(e, Read):
-        return e.ref.container is var
-    return isinstance(e, Op) and e.name in ("add", "subtract") and len(e.args) == 2 and \
-        _shifted(e.args[0], var) and isinstance(e.args[1], Const)
 
 
 # ---------------------------------------------------------------- folding
@@ -529,7 +493,7 @@ class _Widen:
             if uses & self.written:
                 raise _Unfit
             if var in uses:
-                if moved or not isinstance(it, Index) or not _shifted(it.at, var) or \
+                if moved or not isinstance(it, Index) or not shifted(it.at, var) or \
                         any(not isinstance(x, Index) for x in items):
                     raise _Unfit
                 items.append(Slice(_at_start(it.at, var, self.loop.start), self.trips, self.loop.step))
@@ -598,9 +562,9 @@ def _never_written(ref, loop):
     """Whether no iteration of ``loop`` writes what view ``ref`` covers over its iterations
     (``g_A[i, j]`` for ``j`` from ``i`` on, where the loop sums into ``g_A[i, 0:i]`` and
     ``g_A[0:i, j]``): read there, the view holds the same values whatever the order."""
-    span = _span(ref, loop)
+    span = loop_span(ref, loop)
     writes = [w for s in walk(loop.body) for w in stmt_writes(s) if w.container is ref.container]
-    spans = [_span(w, loop) for w in writes]
+    spans = [loop_span(w, loop) for w in writes]
     return span is not None and None not in spans and all(apart(span, w) for w in spans)
 
 
@@ -638,7 +602,7 @@ def _elementwise(stmts, loop):
             seen.append(s.dst)
     for vs in views.values():
         if len(vs) > 1:
-            spans = [_span(v, loop) for v in vs]
+            spans = [loop_span(v, loop) for v in vs]
             if any(x is None for x in spans) or \
                     not all(apart(x, y) for k, x in enumerate(spans) for y in spans[k + 1:]):
                 raise _Unfit
@@ -688,7 +652,7 @@ class _Vectorise:
             if uses & self.written:
                 raise _Unfit
             if var in uses:
-                if moves is not None or not isinstance(it, Index) or not _shifted(it.at, var):
+                if moves is not None or not isinstance(it, Index) or not shifted(it.at, var):
                     raise _Unfit
                 moves = axis
                 items.append(Slice(_at_start(it.at, var, self.loop.start), self.trips, self.loop.step))
