@@ -13,13 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.core import (CHEAP_OPS, I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
+from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
                        Push, Read, Ref, Slice, While, apart, broadcast_shapes, child_blocks, const_value, data_reads,
                        difference, distinct, is_inexact, iter_reads, loop_range, map_blocks, op, same_expr, same_ref,
                        scalar, stmt_reads, stmt_writes, walk)
 from ..checkpoint import loops as loop_ckpt
 from ..ir.elements import ELEMENTS
 from ..checkpoint.schedules import STORE_ALL
+from .replays import replay_definitions
 from .restores import unobserved
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE, expand_formulas
 
@@ -488,107 +489,6 @@ def _inverse(r):
     return None
 
 
-# Calls that only move data: as cheap to run again as to copy back from a tape.
-_MOVES = frozenset({"gather", "gather_last"})
-
-
-def _replay_definitions(prog, backward):
-    """Recompute cheap loop-local values in the backward sweep instead of taping them.
-
-    A statement ``S`` that is a direct child of a ``for`` body and defines a container ``c``
-    afresh (a whole assignment of cheap element operations, or a gather) is re-run at the top of
-    that loop's reversed body, and its restore is dropped, when
-
-    - ``S`` is the only write of ``c``, and every read of ``c`` comes after ``S`` in the same
-      iteration (so no one needs ``c``'s value from an earlier iteration or from outside);
-    - nothing after ``S`` in the body writes what ``S`` reads (so at the top of the reversed
-      body those values are the ones ``S`` saw);
-    - what ``S`` reads is never written, is itself replayed, or is read by the backward sweep
-      anyway: replaying must not make values needed that no tape held before.
-
-    spmv_csr's ``start = indptr[i]``, ``idx = indices[start:end]`` and ``gather = x[idx]``
-    are recomputed per row instead of pushed and popped per row.
-    """
-    written = {}
-    for t in walk(prog.body):
-        for w in stmt_writes(t):
-            written[w.container] = written.get(w.container, 0) + 1
-    backward_reads = {r.ref.container for t in walk(backward) if not isinstance(t, _Restore)
-                      for r in stmt_reads(t)}
-    replays, dropped = {}, set()
-    for loop in walk(prog.body):
-        if isinstance(loop, For):
-            chosen = _replays_in(loop, prog, written, backward_reads)
-            if chosen:
-                replays[loop.var] = chosen
-                dropped |= {id(t) for t in chosen}
-    if not replays:
-        return backward
-
-    def rebuild(stmts):
-        out = []
-        for t in stmts:
-            if isinstance(t, _Restore):
-                if id(t.stmt) not in dropped:
-                    out.append(t)
-            elif isinstance(t, For):
-                body = rebuild(t.body)
-                out.append(For(t.var, t.start, t.stop, t.step, list(replays.get(t.var, ())) + body,
-                               t.reverse, t.loc))
-            else:
-                out.append(map_blocks(t, rebuild))
-        return out
-
-    return rebuild(backward)
-
-
-def _replays_in(loop, prog, written, backward_reads):
-    """The statements of ``loop``'s body to replay (see ``_replay_definitions``), in body order."""
-    body = loop.body
-    later_writes = [set() for _ in body]
-    seen = set()
-    for k in range(len(body) - 1, -1, -1):
-        later_writes[k] = set(seen)
-        seen |= {w.container for t in walk([body[k]]) for w in stmt_writes(t)}
-    chosen = []
-    inside = {id(t) for t in walk(body)}
-    outside = {r.ref.container for t in walk(prog.body) if id(t) not in inside for r in stmt_reads(t)}
-    for k, st in enumerate(body):
-        c = _fresh_definition(st)
-        if c is None or c.kind != "transient" or c in prog.params or c in prog.results or written.get(c) != 1:
-            continue
-        deps = {r.ref.container for r in stmt_reads(st)}
-        if c in deps or deps & (later_writes[k] | {c}):
-            continue
-        if not all(d is loop.var or d in backward_reads or not written.get(d) or
-                   any(_fresh_definition(t) is d for t in chosen) for d in deps):
-            continue
-        if c in outside:
-            continue
-        if any(r.ref.container is c for t in walk(body[:k + 1]) for r in stmt_reads(t)):
-            continue
-        chosen.append(st)
-    return chosen
-
-
-def _fresh_definition(st):
-    """The container ``st`` defines afresh with cheap work, or None."""
-    if isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and _cheaper_than_tape(st.expr):
-        return st.dst.container
-    if isinstance(st, Call) and st.op in _MOVES and len(st.outputs) == 1:
-        return st.outputs[0]
-    return None
-
-
-def _cheaper_than_tape(e):
-    """Whether evaluating ``e`` again costs less than storing and loading it: cheap element
-    operations and divisions (attention's ``t = e / sum``), with anything on single values
-    (``sqrt(hd)``) in between."""
-    if not isinstance(e, Op) or not e.shape:
-        return True
-    return (e.name in CHEAP_OPS or e.name == "divide") and all(_cheaper_than_tape(a) for a in e.args)
-
-
 def _overwritten_before_read(r, path, replayed, inverses=None):
     """Whether, on every way the backward sweep can continue after restore ``r``, the same
     region is restored again before anything reads its container (so ``r`` is not needed). A
@@ -799,7 +699,6 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     backward = _sink_zero_inits(top + backward)
     backward = _merge_part_clears(backward)
     backward = _fold_zero_inits(_rotate_zero_resets(backward, _read_counts(backward)))
-    backward = _replay_definitions(prog, backward)
     inner = loop_ckpt.nested_loops(prog.body)
     loops = loop_ckpt.top_loops(prog.body) + [(key, loop) for key, loop, _ in inner]
     planned = {key: loop for key, loop in loops if (loop_plan or {}).get(key, (STORE_ALL,))[0] != STORE_ALL}
@@ -815,8 +714,15 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     inverses = {}
     if uncompute and not replayed:
         inverses = {id(r): inv for r in b.restores for inv in [_inverse(r)] if inv is not None}
-    needed = _needed_restores(prog, backward, replayed, b.counters.values(), inverses) - \
-        unobserved(backward, lambda s: isinstance(s, _Restore), replayed, inverses)
+
+    def is_restore(s):
+        return isinstance(s, _Restore)
+
+    def needed_in(backward):
+        return _needed_restores(prog, backward, replayed, b.counters.values(), inverses) - \
+            unobserved(backward, is_restore, replayed, inverses)
+    backward = replay_definitions(prog, backward, is_restore, needed_in(backward))
+    needed = needed_in(backward)
     first = _first_touch(prog)
 
     tapes, pushes, uncomputed = {}, {}, []

@@ -21,7 +21,8 @@ built.
 """
 from __future__ import annotations
 
-from ..ir.core import Assign, For, Index, Slice, const_value, iter_reads, map_blocks, stmt_reads, stmt_writes, walk
+from ..ir.boxes import disjoint, inside, region as _region, volume
+from ..ir.core import Assign, For, const_value, iter_reads, map_blocks, stmt_reads, stmt_writes, walk
 
 
 def assign_cleared_sums(stmts):
@@ -59,47 +60,8 @@ def _touches(s, c):
         any(r.ref.container is c for v in walk([s]) for r in stmt_reads(v))
 
 
-def _box(ref):
-    """Per axis of its container ``(start, stop)`` of a view with constant bounds and unit steps
-    (transposed or not: the elements are the same), or None."""
-    box = []
-    for it in ref.items:
-        if isinstance(it, Index) and const_value(it.at) is not None:
-            box.append((const_value(it.at), const_value(it.at) + 1))
-        elif isinstance(it, Slice) and const_value(it.step) == 1 and \
-                None not in (const_value(it.start), const_value(it.size)):
-            box.append((const_value(it.start), const_value(it.start) + const_value(it.size)))
-        else:
-            return None
-    return box
-
-
-def _whole_box(c):
-    shape = [const_value(n) for n in c.shape]
-    return None if None in shape else [(0, n) for n in shape]
-
-
-def _inside(a, b):
-    return all(b0 <= a0 and a1 <= b1 for (a0, a1), (b0, b1) in zip(a, b))
-
-
-def _apart(a, b):
-    return any(a1 <= b0 or b1 <= a0 for (a0, a1), (b0, b1) in zip(a, b))
-
-
-def _volume(box):
-    n = 1
-    for a0, a1 in box:
-        n *= max(a1 - a0, 0)
-    return n
-
-
 def _zero_fill(s):
     return isinstance(s, Assign) and not s.accumulate and const_value(s.expr) == 0
-
-
-def _region(ref):
-    return _box(ref) if ref.items else _whole_box(ref.container)
 
 
 def _covering(block, first, stop, x, region):
@@ -114,14 +76,14 @@ def _covering(block, first, stop, x, region):
                 any(r.ref.container is x for e in s.dst.index_exprs() for r in iter_reads(e)):
             break
         box = _region(s.dst)
-        if box is None or any(not _apart(box, p) for p in parts):
+        if box is None or any(not disjoint(box, p) for p in parts):
             break
         parts.append(box)
-        if _inside(box, region):
+        if inside(box, region):
             sums.add(k)
-        elif not _apart(box, region):
+        elif not disjoint(box, region):
             return None
-    if not sums or sum(_volume(parts[k - first]) for k in sums) != _volume(region):
+    if not sums or sum(volume(parts[k - first]) for k in sums) != volume(region):
         return None
     return sums
 
@@ -154,7 +116,7 @@ def _zero_before(before, x, region):
         if not _zero_fill(s) or s.dst.container is not x:
             return False
         box = _region(s.dst)
-        return box is not None and _inside(region, box)
+        return box is not None and inside(region, box)
     return False
 
 

@@ -1,0 +1,181 @@
+"""Cheap loop-local values evaluated again in the backward sweep instead of kept on a tape.
+
+A definition in a ``for`` body is a statement that defines a container afresh with cheap work (a
+whole assignment of cheap element operations, or a gather), or a run of consecutive assignments of
+cheap element operations into disjoint parts of one container that together make up all of it
+(``np.roll``'s two pieces). It is re-run in that loop's reversed body, and its restores are
+dropped, when
+
+- its statements are the container's only writes, and every read of the container comes after
+  them in the same iteration (so no one needs its value from an earlier iteration or from
+  outside);
+- what it reads holds, at the place the replay stands, the values it read in the forward sweep:
+  the replay goes after the restores of every later statement of the body that writes what it
+  reads (burgers' ``roll(u, 1)`` after the restore of the ``u`` the step overwrites at its end),
+  and after the replays it reads; no statement before that place reads the container;
+- what it reads is never written, is itself replayed, or is read by the backward sweep anyway,
+  and the restores it must follow were needed without it: replaying must not make values needed
+  that no tape held before (lif_neurons' ``mask = v > th``, a tape of one byte per element, stays
+  on it: replaying it would keep ``v`` from before ``v[mask] = 0``, eight).
+
+spmv_csr's ``start = indptr[i]``, ``idx = indices[start:end]`` and ``gather = x[idx]`` are
+recomputed per row instead of pushed and popped per row; a time step's ``np.roll`` of its state
+is shifted again from the state the step's restore puts back, instead of kept on a tape of its
+own beside the state's.
+"""
+from __future__ import annotations
+
+from ..ir.boxes import tile
+from ..ir.core import CHEAP_OPS, Assign, Call, For, Op, map_blocks, stmt_reads, stmt_writes, walk
+
+# Calls that only move data: as cheap to run again as to copy back from a tape.
+_MOVES = frozenset({"gather", "gather_last"})
+
+
+def replay_definitions(prog, backward, is_restore, needed):
+    """``backward`` with the definitions described in the module replayed in their loops' reversed
+    bodies; ``is_restore``: whether a backward statement is a restore placeholder (its ``stmt``:
+    the forward statement whose overwrite it puts back); ``needed``: the ids of the restores whose
+    values the backward sweep reads as it stands."""
+    written = {}
+    for t in walk(prog.body):
+        for w in stmt_writes(t):
+            written[w.container] = written.get(w.container, 0) + 1
+    backward_reads = {r.ref.container for t in walk(backward) if not is_restore(t) for r in stmt_reads(t)}
+    groups = {}
+    for loop in walk(prog.body):
+        if isinstance(loop, For):
+            found = _definitions_in(loop, prog, written, backward_reads)
+            if found:
+                groups[loop.var] = found
+    if not groups:
+        return backward
+    dropped = set()
+
+    def rebuild(stmts):
+        out = []
+        for t in stmts:
+            if is_restore(t):
+                if id(t.stmt) not in dropped:
+                    out.append(t)
+            elif isinstance(t, For) and t.var in groups:
+                placed = _place(t.body, groups[t.var], is_restore, needed)
+                dropped.update(id(s) for _, group in placed for s in group.stmts)
+                body = []
+                for k, s in enumerate(t.body + [None]):
+                    body += [u for at, group in placed if at == k for u in group.stmts]
+                    if s is not None:
+                        body += rebuild([s])
+                out.append(For(t.var, t.start, t.stop, t.step, body, t.reverse, t.loc))
+            else:
+                out.append(map_blocks(t, rebuild))
+        return out
+
+    return rebuild(backward)
+
+
+class _Definition:
+    """Statements ``stmts`` of a loop body defining ``container``; ``earlier`` and ``later``: the ids
+    of the statements before and after them in the body (nested ones included) that write what
+    they read; ``reads``: the containers they read."""
+
+    def __init__(self, stmts, container, earlier, later, reads):
+        self.stmts, self.container, self.reads = stmts, container, reads
+        self.earlier, self.later = earlier, later
+
+
+def _writers(stmts, containers):
+    return {id(u) for u in walk(stmts) if any(w.container in containers for w in stmt_writes(u))}
+
+
+def _definitions_in(loop, prog, written, backward_reads):
+    """The definitions of ``loop``'s body to replay (see the module), in body order."""
+    body = loop.body
+    inside = {id(t) for t in walk(body)}
+    outside = {r.ref.container for t in walk(prog.body) if id(t) not in inside for r in stmt_reads(t)}
+    chosen, k = [], 0
+    while k < len(body):
+        c, stop = _definition(body, k)
+        if c is None:
+            k += 1
+            continue
+        stmts, k0, k = body[k:stop], k, stop
+        if c.kind != "transient" or c in prog.params or c in prog.results or written.get(c) != len(stmts):
+            continue
+        deps = {r.ref.container for s in stmts for r in stmt_reads(s)}
+        if c in deps or c in outside:
+            continue
+        if not all(d is loop.var or d in backward_reads or not written.get(d) or
+                   any(d is g.container for g in chosen) for d in deps):
+            continue
+        if any(r.ref.container is c for t in walk(body[:k0]) for r in stmt_reads(t)):
+            continue
+        earlier, later = (_writers(body[:k0], deps), _writers(body[stop:], deps))
+        chosen.append(_Definition(stmts, c, earlier, later, deps))
+    return chosen
+
+
+def _definition(body, k):
+    """``(container, end)`` of the definition starting at ``body[k]`` (``body[k:end]``), or
+    ``(None, None)``."""
+    st = body[k]
+    c = _fresh_definition(st)
+    if c is not None:
+        return c, k + 1
+    c = _part(st)
+    if c is None:
+        return None, None
+    stop = k + 1
+    while stop < len(body) and _part(body[stop]) is c:
+        stop += 1
+    return (c, stop) if tile([s.dst for s in body[k:stop]], c) else (None, None)
+
+
+def _fresh_definition(st):
+    """The container ``st`` defines afresh with cheap work, or None."""
+    if isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and _cheaper_than_tape(st.expr):
+        return st.dst.container
+    if isinstance(st, Call) and st.op in _MOVES and len(st.outputs) == 1:
+        return st.outputs[0]
+    return None
+
+
+def _part(st):
+    """The container ``st`` writes part of with cheap work, or None."""
+    if isinstance(st, Assign) and not st.accumulate and _cheaper_than_tape(st.expr):
+        return st.dst.container
+    return None
+
+
+def _cheaper_than_tape(e):
+    """Whether evaluating ``e`` again costs less than storing and loading it: cheap element
+    operations and divisions (attention's ``t = e / sum``), with anything on single values
+    (``sqrt(hd)``) in between."""
+    if not isinstance(e, Op) or not e.shape:
+        return True
+    return (e.name in CHEAP_OPS or e.name == "divide") and all(_cheaper_than_tape(a) for a in e.args)
+
+
+def _place(body, definitions, is_restore, needed):
+    """``[(position, definition)]``: where in the reversed loop body ``body`` each definition's replay
+    goes (before ``body[position]``), for those that have such a place (``needed``: see
+    ``replay_definitions``)."""
+    placed, at = [], {}
+    for group in definitions:
+        k, follows = 0, []
+        for p, s in enumerate(body):
+            restores = [t for t in walk([s]) if is_restore(t) and id(t.stmt) in group.later and
+                        t.ref.container in group.reads]
+            if restores:
+                k = p + 1
+                follows += restores
+        if any(id(t) not in needed for t in follows):
+            continue
+        k = max([k] + [at[d] for d in group.reads if d in at])
+        before = [t for s in body[:k] for t in walk([s])]
+        if any(is_restore(t) and id(t.stmt) in group.earlier for t in before) or \
+                any(r.ref.container is group.container for t in before if not is_restore(t) for r in stmt_reads(t)):
+            continue
+        at[group.container] = k
+        placed.append((k, group))
+    return placed

@@ -1,0 +1,98 @@
+"""Cheap loop-local values the backward sweep evaluates again instead of keeping on a tape
+(``autodiff/replays.py``): where the replay may stand, and where it may not. Each case checks the
+gradient against finite differences and the tapes in the IR."""
+import re
+
+import numpy as np
+
+import flowgrad
+from oracle import check_grad
+
+
+def _sweeps(fn, args, wrt, backend):
+    text = flowgrad.grad(fn, wrt=wrt, backend=backend).ir(*args)
+    forward, backward = text.split("# backward")
+    return forward, backward
+
+
+def _tapes(forward):
+    return set(re.findall(r"push (tape_\w+) <-", forward))
+
+
+def shifted_steps(u, nu):
+    # each step's rolls of u are shifted again from the u the step's restore puts back, not
+    # kept on tapes beside it
+    for t in range(6):
+        up = np.roll(u, -1)
+        um = np.roll(u, 1)
+        u = u + nu * (up - 2.0 * u + um) * u
+    return np.sum(u * u)
+
+
+def test_rolls_of_a_state_the_step_overwrites_are_replayed_after_its_restore(backend):
+    rng = np.random.default_rng(0)
+    u, nu = rng.uniform(0.5, 1.5, 12), 0.3
+    check_grad(shifted_steps, (u, nu), ("u", "nu"), backend=backend)
+    forward, backward = _sweeps(shifted_steps, (u, nu), ("u", "nu"), backend)
+    tapes = _tapes(forward)
+    assert tapes and all("roll" not in t for t in tapes), forward
+    assert re.search(r"pop tape_u\w* -> u", backward), backward
+    # in the reversed step, the rolls follow the restore of u
+    body = backward[re.search(r"pop tape_u\w* -> u", backward).start():]
+    assert re.search(r"roll\w*\[.*\] = u\[", body), backward
+
+
+def read_after_the_state_changes(u, w, nu):
+    # r is read after u is overwritten: its replay would have to stand both after u's restore and
+    # before the adjoint that reads it, which comes first; r stays on its tape
+    for t in range(5):
+        r = np.roll(u, 1)
+        u = u * nu + 0.1
+        w = w + r * np.sin(u)
+    return np.sum(w * w) + np.sum(u)
+
+
+def test_a_value_read_after_its_inputs_change_keeps_its_tape(backend):
+    rng = np.random.default_rng(1)
+    u, w, nu = rng.uniform(0.5, 1.5, 9), rng.uniform(-1.0, 1.0, 9), 0.9
+    check_grad(read_after_the_state_changes, (u, w, nu), ("u", "w", "nu"), backend=backend)
+    forward, _ = _sweeps(read_after_the_state_changes, (u, w, nu), ("u", "w", "nu"), backend)
+    assert any("roll" in t for t in _tapes(forward)), forward
+
+
+def chained(u, nu):
+    # b reads a, which reads u: both are replayed, b after a, and both after u's restore
+    for t in range(5):
+        a = np.roll(u, 2)
+        b = a * a + u
+        u = np.tanh(u + nu * b)
+    return np.sum(u)
+
+
+def test_a_chain_of_definitions_is_replayed_in_order(backend):
+    rng = np.random.default_rng(2)
+    u, nu = rng.uniform(-1.0, 1.0, 8), 0.4
+    check_grad(chained, (u, nu), ("u", "nu"), backend=backend)
+    forward, _ = _sweeps(chained, (u, nu), ("u", "nu"), backend)
+    tapes = _tapes(forward)
+    assert not any("roll" in t for t in tapes), forward
+
+
+def reset_spikes(v, w):
+    # the mask's replay would need v from before the reset, a tape of eight bytes per element
+    # the reset itself does not need: the one-byte mask stays on its tape
+    out = 0.0
+    for t in range(5):
+        v = v + 0.3 * np.tanh(w * v)
+        mask = v > 1.0
+        out += np.sum(v[mask] ** 2)
+        v[mask] = 0.0
+    return out + np.sum(v * v)
+
+
+def test_a_replay_that_would_need_a_new_tape_is_not_made(backend):
+    rng = np.random.default_rng(3)
+    v, w = rng.uniform(0.6, 1.3, 10), rng.uniform(0.5, 2.0, 10)
+    check_grad(reset_spikes, (v, w), ("v", "w"), backend=backend)
+    forward, _ = _sweeps(reset_spikes, (v, w), ("v", "w"), backend)
+    assert any("mask" in t for t in _tapes(forward)), forward
