@@ -270,3 +270,43 @@ def test_restores_nothing_reads_are_dropped_and_others_kept(fn, backend):
     src = flowgrad.grad(fn, wrt=(0, 1, 2, 3, 4), backend="numpy").source(*args)
     assert "tape_C.append(C[i, j]" in src
     assert ("tape_C.append(C[:max(0, i), j]" in src) == (fn is symmetric_product_reading_row0)
+
+
+def first_order_recurrence(x, a):
+    # pass j overwrites y[j] (zero) and reads y[j - 1]: reversed, pass j restores y[j] and the
+    # passes after it read y[j - 1] and below, never y[j] again: the zeros are not kept
+    n = x.shape[0]
+    y = np.zeros(n)
+    y[0] = x[0]
+    for j in range(1, n):
+        y[j] = a * y[j - 1] + x[j]
+    return np.sum(y * y)
+
+
+def columns_recurrence(x, a):
+    # the same along columns, counting down, with a second-order term
+    n, m = x.shape
+    y = np.zeros((n, m))
+    for j in range(m - 3, -1, -1):
+        y[:, j] = a * y[:, j + 1] - 0.5 * a * a * y[:, j + 2] + x[:, j]
+    return np.sum(np.sin(y))
+
+
+def recurrence_reading_ahead(x, a):
+    # pass j reads y[j + 1], which a later pass (j + 1) overwrites: reversed, pass j + 1 restores
+    # y[j + 1] before pass j reads it, so the old values are kept
+    n = x.shape[0]
+    y = np.cos(x)
+    for j in range(n - 1):
+        y[j] = a * y[j + 1] * y[j] + x[j]
+    return np.sum(y * y)
+
+
+@pytest.mark.parametrize("fn, taped", [(first_order_recurrence, False), (columns_recurrence, False),
+                                       (recurrence_reading_ahead, True)])
+def test_a_recurrences_overwritten_values_are_kept_only_where_read(fn, taped, backend):
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1.0, 1.0, (9,) if fn is not columns_recurrence else (3, 9))
+    check_grad(fn, (x, 0.7), wrt=(0, 1), backend=backend)
+    ir = flowgrad.grad(fn, wrt=(0, 1), backend=backend).ir(x, 0.7)
+    assert ("push tape_" in ir) == taped, ir

@@ -11,8 +11,8 @@ PolyBench's symm tapes i values per (i, j) that way: its gradient kept 0.6 milli
 """
 from __future__ import annotations
 
-from ..ir.core import (For, If, Index, NewAxis, Read, child_blocks, iter_reads, same_expr, same_ref, split_offset,
-                       stmt_reads, stmt_writes, walk)
+from ..ir.core import (For, If, Index, NewAxis, Read, child_blocks, const_value, iter_reads, same_expr, same_ref,
+                       split_offset, stmt_reads, stmt_writes, walk)
 
 
 def unobserved(backward, is_restore, replayed, inverses):
@@ -24,11 +24,14 @@ def unobserved(backward, is_restore, replayed, inverses):
     the index of a restore, by an update run backwards (``inverses``) or by forward statements
     checkpointing re-runs in a loop (``replayed``: backward loop variable -> those statements))
     keeps every restore of its container. A loop's next pass follows all of its restores, except
-    where each restore of the container in the loop, and each read of it there, is at one position
-    of one axis moving with the loop's variable (``g_A[i, :] = g * tmp[i]`` before restoring
-    ``tmp[i]``): the restores of the other passes put back other elements."""
+    where each restore of the container in the loop is at one position of one axis moving with the
+    loop's variable, and each read of it there at a position no pass before has restored
+    (``_own_rows``): ``g_A[i, :] = g * tmp[i]`` before restoring ``tmp[i]``, or a recurrence
+    ``y[j] = a * y[j - 1] + x[j]`` reversed, whose pass j restores ``y[j]`` and reads ``y[j - 1]``,
+    which the passes after it never restore: the old values of ``y[j]`` are never read."""
     restores, covering, uncovered = {}, set(), set()
     seen = set()            # containers a restore may have written by the statement visited
+    rows = {}               # container -> (loop variable, axis, offset) of the loops being visited
 
     def deps(ref):
         return {rd.ref.container for ie in ref.index_exprs() for rd in iter_reads(ie)}
@@ -56,13 +59,19 @@ def unobserved(backward, is_restore, replayed, inverses):
                 uncovered.update(rd.ref.container for rd in stmt_reads(st))
                 if isinstance(st, For) and st.var.name in replayed:
                     uncovered.update(rd.ref.container for t in walk(replayed[st.var.name]) for rd in stmt_reads(t))
+                own = {}
                 if not isinstance(st, If):       # a loop's next pass follows all of its restores
                     restored = [t for t in walk(blocks[0]) if is_restore(t)]
-                    own = _own_rows(st, restored, is_restore) - seen \
-                        if isinstance(st, For) and st.var.name not in replayed else set()
+                    if isinstance(st, For) and st.var.name not in replayed:
+                        own = {x: at for x, at in _own_rows(st, restored, is_restore).items() if x not in seen}
                     seen.update(t.ref.container for t in restored if t.ref.container not in own)
+                outer = {x: rows[x] for x in own if x in rows}
+                rows.update((x, (st.var,) + at) for x, at in own.items())
                 for block in blocks:
                     visit(block)
+                for x in own:
+                    del rows[x]
+                rows.update(outer)
                 inside = list(walk([st]))
                 disturb(last, {t.ref.container for t in inside if is_restore(t)}
                         | {w.container for t in inside if not is_restore(t) for w in stmt_writes(t)})
@@ -71,7 +80,7 @@ def unobserved(backward, is_restore, replayed, inverses):
                 r = last.get(rd.ref.container)
                 if r is not None and same_ref(r.ref, rd.ref):
                     covering.add(id(r))
-                elif rd.ref.container in seen:
+                elif rd.ref.container in seen and not _elsewhere(rd.ref, rows.get(rd.ref.container)):
                     uncovered.add(rd.ref.container)
             disturb(last, {w.container for w in stmt_writes(st)})
 
@@ -80,22 +89,55 @@ def unobserved(backward, is_restore, replayed, inverses):
 
 
 def _own_rows(loop, restored, is_restore):
-    """The containers restored in ``loop`` (``restored``) that each restore and each read in it
-    index at one position, the loop's variable plus a constant, along one axis."""
-    refs = {}
+    """``{container: (axis, a)}`` for the containers restored in ``loop`` (``restored``) that each
+    restore there indexes at ``var + a`` along one axis, and each read there at ``var + b`` along
+    that axis, ``b`` being ``a`` or a position no earlier pass restores: below ``a`` where the loop
+    counts down, above it where it counts up."""
+    down = _counts_down(loop)
+    refs, reads = {}, {}
     for t in restored:
         refs.setdefault(t.ref.container, []).append(t.ref)
     for t in walk(loop.body):
         if not is_restore(t):
             for rd in stmt_reads(t):
                 if rd.ref.container in refs:
-                    refs[rd.ref.container].append(rd.ref)
-    own = set()
+                    reads.setdefault(rd.ref.container, []).append(rd.ref)
+    own = {}
     for x, views in refs.items():
         at = [_moving(v, loop.var) for v in views]
-        if all(len(a) == 1 and a[0][0] == at[0][0][0] and same_expr(a[0][1], at[0][0][1]) for a in at):
-            own.add(x)
+        if not all(len(a) == 1 and a[0][0] == at[0][0][0] and same_expr(a[0][1], at[0][0][1]) for a in at):
+            continue
+        axis, pos = at[0][0]
+        a = split_offset(pos)[1]
+        ok = True
+        for v in reads.get(x, ()):
+            m = _moving(v, loop.var)
+            if len(m) != 1 or m[0][0] != axis:
+                ok = False
+            elif not same_expr(m[0][1], pos):
+                base, b = split_offset(m[0][1])
+                ok = ok and same_expr(base, split_offset(pos)[0]) and down is not None and (b < a if down else b > a)
+        if ok:
+            own[x] = (axis, a)
     return own
+
+
+def _counts_down(loop):
+    """Whether ``loop``'s variable decreases from pass to pass (None: the step's sign is unknown)."""
+    step = const_value(loop.step)
+    if not step:
+        return None
+    return (step > 0) == bool(loop.reverse)
+
+
+def _elsewhere(ref, row):
+    """Whether view ``ref`` reads, along the axis of ``row`` (``(variable, axis, a)``: a loop's
+    restores at ``variable + a``), a position other than the restored one."""
+    if row is None:
+        return False
+    var, axis, a = row
+    m = _moving(ref, var)
+    return len(m) == 1 and m[0][0] == axis and split_offset(m[0][1])[1] != a
 
 
 def _moving(view, var):
