@@ -26,7 +26,9 @@ own beside the state's.
 from __future__ import annotations
 
 from ..ir.boxes import tile
-from ..ir.core import CHEAP_OPS, Assign, Call, For, Op, map_blocks, stmt_reads, stmt_writes, walk
+from ..ir.core import (CHEAP_OPS, Assign, Call, Const, Container, For, If, Index, Op, Read, Ref, apart, child_blocks,
+                       const_value, iter_reads, loop_range, map_blocks, op, scalar, shifted, stmt_reads, stmt_writes,
+                       substitute, walk)
 
 # Calls that only move data: as cheap to run again as to copy back from a tape.
 _MOVES = frozenset({"gather", "gather_last"})
@@ -179,3 +181,123 @@ def _place(body, definitions, is_restore, needed):
         at[group.container] = k
         placed.append((k, group))
     return placed
+
+
+def previous_pass_restores(prog, backward, is_restore, needed, namer):
+    """Restores of a value a loop's pass copies for the next pass, taken from where it was copied.
+
+    A statement ``S`` of a top-level ``for`` body that defines a container ``c`` afresh with cheap
+    work ``f(var)``, the only write of ``c`` in the loop (``xm1 = img[:, j]``, read by the next
+    pass before it), overwrites in pass ``j`` what pass ``j - step`` wrote: ``f(j - step)``. Where
+    nothing the loop runs between the two passes' ``S`` writes what ``f`` reads there, the reversed
+    pass evaluates ``f(j - step)`` instead of popping a tape, and the first pass takes ``c`` as it
+    was before the loop, which one copy ahead of the loop keeps. What ``f`` reads must be written
+    after the loop only by statements whose restores were needed anyway or that overwrite each of
+    its elements once (a sweep of rows): the new reads must not make many tapes where one went.
+
+    Deriche's recursive filters carry a column of the image and a column of their output from
+    pass to pass: those columns come from the image and the output again, where two tapes of a
+    column per pass kept them. Returns ``(backward, copies)``: ``copies`` maps the id of each
+    loop whose pass restores come from there to the statements copying ``c`` ahead of it, and the
+    copies' containers are in ``prog.containers``.
+    """
+    owner = {}                  # id of a restore's forward statement -> (reversed loop, the restore)
+    for t in backward:
+        if isinstance(t, For):
+            for r in t.body:
+                if is_restore(r):
+                    owner[id(r.stmt)] = (t, r)
+    swaps, copies = {}, {}
+    for k, loop in enumerate(prog.body):
+        if not isinstance(loop, For) or not const_value(loop.step):
+            continue
+        later = prog.body[k + 1:]
+        for p, st in enumerate(loop.body):
+            found = owner.get(id(st))
+            if found is None or id(found[1]) not in needed:
+                continue
+            expr = _from_previous_pass(loop, p, later, backward, is_restore, needed)
+            if expr is None:
+                continue
+            c = st.dst.container
+            first = Container(namer(c.name + "_first"), c.dtype, c.shape, "transient")
+            prog.containers[first.name] = first
+            copies.setdefault(id(loop), []).append(Assign(Ref(first), Read(Ref(c)), loc=st.loc))
+            swaps[id(found[1])] = If(op("not_equal", scalar(loop.var), loop.start),
+                                     [Assign(Ref(c), expr, loc=st.loc)], [Assign(Ref(c), Read(Ref(first)), loc=st.loc)],
+                                     st.loc)
+    if not swaps:
+        return backward, copies
+
+    def rebuild(stmts):
+        return [swaps.get(id(t), t) if is_restore(t) else map_blocks(t, rebuild) for t in stmts]
+    return rebuild(backward), copies
+
+
+def _from_previous_pass(loop, p, later, backward, is_restore, needed):
+    """``f(var - step)`` for ``loop.body[p]``, ``c = f(var)``, where the restore of its overwrite
+    may evaluate it (see ``previous_pass_restores``), else None."""
+    st = loop.body[p]
+    if not (isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and _cheaper_than_tape(st.expr)):
+        return None
+    c = st.dst.container
+    written = {}
+    for t in walk(loop.body):
+        for w in stmt_writes(t):
+            written.setdefault(w.container, []).append(w)
+    if c.kind != "transient" or len(written.get(c, ())) != 1:
+        return None
+    step = const_value(loop.step)
+    back = op("subtract", scalar(loop.var), Const(step)) if step > 0 else op("add", scalar(loop.var), Const(-step))
+    reads = list(iter_reads(st.expr))
+    for rd in reads:
+        x = rd.ref.container
+        if x is c or any(r.ref.container in written and r.ref.container is not loop.var
+                         for e in rd.ref.index_exprs() for r in iter_reads(e)):
+            return None
+        if x is loop.var or x not in written:
+            continue
+        there = substitute(Read(rd.ref), loop.var, back).ref
+        # between the two passes' S: the rest of pass j - step, then pass j up to S
+        if not (_apart_from(loop.body[p + 1:], x, rd.ref, loop) and _apart_from(loop.body[:p], x, there, loop)):
+            return None
+        if not _written_once_after(later, x, backward, is_restore, needed):
+            return None
+    return substitute(st.expr, loop.var, back)
+
+
+def _apart_from(stmts, x, ref, loop):
+    """Whether every write of ``x`` in ``stmts`` (in ``loop``'s body) is provably apart from ``ref``."""
+    def visit(block, ranges):
+        for t in block:
+            if any(w.container is x and not apart(w, ref, ranges) for w in stmt_writes(t)):
+                return False
+            inner = dict(ranges)
+            if isinstance(t, For) and loop_range(t) is not None:
+                inner[t.var] = loop_range(t)
+            if not all(visit(b, inner) for b in child_blocks(t)):
+                return False
+        return True
+    return visit(stmts, {loop.var: loop_range(loop)} if loop_range(loop) is not None else {})
+
+
+def _written_once_after(later, x, backward, is_restore, needed):
+    """Whether each statement of ``later`` (top-level statements after the loop) that writes ``x``
+    has its restores needed already, or writes each element of ``x`` once: outside loops, or at a
+    position each enclosing loop's variable moves."""
+    kept = {id(t.stmt) for t in walk(backward) if is_restore(t) and id(t) in needed}
+
+    def visit(block, loops):
+        for t in block:
+            if any(w.container is x for w in stmt_writes(t)) and id(t) not in kept:
+                refs = [w for w in stmt_writes(t) if w.container is x]
+                if not all(any(isinstance(it, Index) and shifted(it.at, v) for it in w.items)
+                           for w in refs for v in loops):
+                    return False
+            if isinstance(t, For):
+                if not visit(t.body, loops + [t.var]):
+                    return False
+            elif any(not visit(b, loops + [None]) for b in child_blocks(t)):
+                return False
+        return True
+    return visit(later, [])

@@ -28,10 +28,12 @@ def unobserved(backward, is_restore, replayed, inverses):
     loop's variable, and each read of it there at a position no pass before has restored
     (``_own_rows``): ``g_A[i, :] = g * tmp[i]`` before restoring ``tmp[i]``, or a recurrence
     ``y[j] = a * y[j - 1] + x[j]`` reversed, whose pass j restores ``y[j]`` and reads ``y[j - 1]``,
-    which the passes after it never restore: the old values of ``y[j]`` are never read."""
+    which the passes after it never restore: the old values of ``y[j]`` are never read. Such reads
+    still see what restores outside the loop put back: those are kept."""
     restores, covering, uncovered = {}, set(), set()
     seen = set()            # containers a restore may have written by the statement visited
-    rows = {}               # container -> (loop variable, axis, offset) of the loops being visited
+    rows = {}               # container -> (loop, axis, offset) of the loops being visited
+    forced = set()          # (container, loop): reads in the loop see the container's other restores
 
     def deps(ref):
         return {rd.ref.container for ie in ref.index_exprs() for rd in iter_reads(ie)}
@@ -63,10 +65,10 @@ def unobserved(backward, is_restore, replayed, inverses):
                 if not isinstance(st, If):       # a loop's next pass follows all of its restores
                     restored = [t for t in walk(blocks[0]) if is_restore(t)]
                     if isinstance(st, For) and st.var.name not in replayed:
-                        own = {x: at for x, at in _own_rows(st, restored, is_restore).items() if x not in seen}
+                        own = _own_rows(st, restored, is_restore)
                     seen.update(t.ref.container for t in restored if t.ref.container not in own)
                 outer = {x: rows[x] for x in own if x in rows}
-                rows.update((x, (st.var,) + at) for x, at in own.items())
+                rows.update((x, (st,) + at) for x, at in own.items())
                 for block in blocks:
                     visit(block)
                 for x in own:
@@ -80,12 +82,21 @@ def unobserved(backward, is_restore, replayed, inverses):
                 r = last.get(rd.ref.container)
                 if r is not None and same_ref(r.ref, rd.ref):
                     covering.add(id(r))
-                elif rd.ref.container in seen and not _elsewhere(rd.ref, rows.get(rd.ref.container)):
-                    uncovered.add(rd.ref.container)
+                elif rd.ref.container in seen:
+                    row = rows.get(rd.ref.container)
+                    if _elsewhere(rd.ref, row):
+                        forced.add((rd.ref.container, row[0]))
+                    else:
+                        uncovered.add(rd.ref.container)
             disturb(last, {w.container for w in stmt_writes(st)})
 
     visit(backward)
-    return {id(r) for x, rs in restores.items() if x not in uncovered for r in rs if id(r) not in covering}
+    kept = set()
+    for x, loop in forced:
+        inside = {id(t) for t in walk(loop.body)}
+        kept.update(id(r) for r in restores.get(x, ()) if id(r) not in inside)
+    return {id(r) for x, rs in restores.items() if x not in uncovered for r in rs
+            if id(r) not in covering and id(r) not in kept}
 
 
 def _own_rows(loop, restored, is_restore):
@@ -131,12 +142,12 @@ def _counts_down(loop):
 
 
 def _elsewhere(ref, row):
-    """Whether view ``ref`` reads, along the axis of ``row`` (``(variable, axis, a)``: a loop's
-    restores at ``variable + a``), a position other than the restored one."""
+    """Whether view ``ref`` reads, along the axis of ``row`` (``(loop, axis, a)``: the loop's
+    restores at its variable plus ``a``), a position other than the restored one."""
     if row is None:
         return False
-    var, axis, a = row
-    m = _moving(ref, var)
+    loop, axis, a = row
+    m = _moving(ref, loop.var)
     return len(m) == 1 and m[0][0] == axis and split_offset(m[0][1])[1] != a
 
 

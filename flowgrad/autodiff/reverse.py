@@ -20,7 +20,7 @@ from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewA
 from ..checkpoint import loops as loop_ckpt
 from ..ir.elements import ELEMENTS
 from ..checkpoint.schedules import STORE_ALL
-from .replays import replay_definitions
+from .replays import previous_pass_restores, replay_definitions
 from .restores import unobserved
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE, expand_formulas
 
@@ -722,10 +722,14 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
         return _needed_restores(prog, backward, replayed, b.counters.values(), inverses) - \
             unobserved(backward, is_restore, replayed, inverses)
     backward = replay_definitions(prog, backward, is_restore, needed_in(backward))
+    if not replayed:
+        backward, copies = previous_pass_restores(prog, backward, is_restore, needed_in(backward), namer)
+    else:
+        copies = {}
     needed = needed_in(backward)
     first = _first_touch(prog)
 
-    tapes, pushes, uncomputed = {}, {}, []
+    tapes, pushes, uncomputed = {}, dict(copies), []
     params = set(prog.params)        # hold values from before the program, whatever their kind
     # a gradient program's pops hand the memory its pushes kept back to the container, which later
     # writes then change in place: a tape of ours must not share that memory (reverse over reverse)
