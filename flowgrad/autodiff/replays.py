@@ -26,9 +26,9 @@ own beside the state's.
 from __future__ import annotations
 
 from ..ir.boxes import tile
-from ..ir.core import (CHEAP_OPS, Assign, Call, Const, Container, For, If, Index, Op, Read, Ref, apart, child_blocks,
-                       const_value, iter_reads, loop_range, map_blocks, op, scalar, shifted, stmt_reads, stmt_writes,
-                       substitute, walk)
+from ..ir.core import (CHEAP_OPS, Assign, Call, Const, Container, For, If, Index, Op, Read, Ref, While, apart,
+                       child_blocks, const_value, iter_reads, loop_range, map_blocks, op, scalar, shifted, stmt_reads,
+                       stmt_writes, substitute, walk)
 
 # Calls that only move data: as cheap to run again as to copy back from a tape.
 _MOVES = frozenset({"gather", "gather_last"})
@@ -191,9 +191,10 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
     pass before it), overwrites in pass ``j`` what pass ``j - step`` wrote: ``f(j - step)``. Where
     nothing the loop runs between the two passes' ``S`` writes what ``f`` reads there, the reversed
     pass evaluates ``f(j - step)`` instead of popping a tape, and the first pass takes ``c`` as it
-    was before the loop, which one copy ahead of the loop keeps. What ``f`` reads must be written
-    after the loop only by statements whose restores were needed anyway or that overwrite each of
-    its elements once (a sweep of rows): the new reads must not make many tapes where one went.
+    was before the loop, which one copy ahead of the loop keeps. What ``f`` reads must be written, in
+    the loop and after it, only by statements whose restores were needed anyway or that overwrite
+    each of its elements once (a sweep of rows): the new reads must not make many tapes where one
+    went.
 
     Deriche's recursive filters carry a column of the image and a column of their output from
     pass to pass: those columns come from the image and the output again, where two tapes of a
@@ -207,16 +208,20 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
             for r in t.body:
                 if is_restore(r):
                     owner[id(r.stmt)] = (t, r)
+    kept = {id(t.stmt) for t in walk(backward) if is_restore(t) and id(t) in needed}
     swaps, copies = {}, {}
     for k, loop in enumerate(prog.body):
         if not isinstance(loop, For) or not const_value(loop.step):
             continue
-        later = prog.body[k + 1:]
+        written = {}
+        for t in walk(loop.body):
+            for w in stmt_writes(t):
+                written[w.container] = written.get(w.container, 0) + 1
         for p, st in enumerate(loop.body):
             found = owner.get(id(st))
             if found is None or id(found[1]) not in needed:
                 continue
-            expr = _from_previous_pass(loop, p, later, backward, is_restore, needed)
+            expr = _from_previous_pass(loop, p, prog.body[k + 1:], written, kept)
             if expr is None:
                 continue
             c = st.dst.container
@@ -234,18 +239,16 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
     return rebuild(backward), copies
 
 
-def _from_previous_pass(loop, p, later, backward, is_restore, needed):
+def _from_previous_pass(loop, p, later, written, kept):
     """``f(var - step)`` for ``loop.body[p]``, ``c = f(var)``, where the restore of its overwrite
-    may evaluate it (see ``previous_pass_restores``), else None."""
+    may evaluate it (see ``previous_pass_restores``; ``later``: the top-level statements after the
+    loop; ``written``: how often the loop writes each container; ``kept``: the ids of the forward
+    statements whose restores are needed), else None."""
     st = loop.body[p]
     if not (isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and _cheaper_than_tape(st.expr)):
         return None
     c = st.dst.container
-    written = {}
-    for t in walk(loop.body):
-        for w in stmt_writes(t):
-            written.setdefault(w.container, []).append(w)
-    if c.kind != "transient" or len(written.get(c, ())) != 1:
+    if c.kind != "transient" or written.get(c) != 1:
         return None
     step = const_value(loop.step)
     back = op("subtract", scalar(loop.var), Const(step)) if step > 0 else op("add", scalar(loop.var), Const(-step))
@@ -261,7 +264,7 @@ def _from_previous_pass(loop, p, later, backward, is_restore, needed):
         # between the two passes' S: the rest of pass j - step, then pass j up to S
         if not (_apart_from(loop.body[p + 1:], x, rd.ref, loop) and _apart_from(loop.body[:p], x, there, loop)):
             return None
-        if not _written_once_after(later, x, backward, is_restore, needed):
+        if not (_written_once(loop.body, x, kept, [loop.var]) and _written_once(later, x, kept, [])):
             return None
     return substitute(st.expr, loop.var, back)
 
@@ -281,23 +284,18 @@ def _apart_from(stmts, x, ref, loop):
     return visit(stmts, {loop.var: loop_range(loop)} if loop_range(loop) is not None else {})
 
 
-def _written_once_after(later, x, backward, is_restore, needed):
-    """Whether each statement of ``later`` (top-level statements after the loop) that writes ``x``
-    has its restores needed already, or writes each element of ``x`` once: outside loops, or at a
-    position each enclosing loop's variable moves."""
-    kept = {id(t.stmt) for t in walk(backward) if is_restore(t) and id(t) in needed}
-
-    def visit(block, loops):
-        for t in block:
-            if any(w.container is x for w in stmt_writes(t)) and id(t) not in kept:
-                refs = [w for w in stmt_writes(t) if w.container is x]
-                if not all(any(isinstance(it, Index) and shifted(it.at, v) for it in w.items)
-                           for w in refs for v in loops):
+def _written_once(stmts, x, kept, loops):
+    """Whether each statement of ``stmts`` (in the loops whose variables are ``loops``) that writes
+    ``x`` has its restores needed already (its forward statement's id in ``kept``), or writes each
+    element of ``x`` once: at a position each enclosing loop's variable moves."""
+    for t in stmts:
+        if id(t) not in kept:
+            for w in stmt_writes(t):
+                if w.container is x and not all(
+                        any(isinstance(it, Index) and shifted(it.at, v) for it in w.items) for v in loops):
                     return False
-            if isinstance(t, For):
-                if not visit(t.body, loops + [t.var]):
-                    return False
-            elif any(not visit(b, loops + [None]) for b in child_blocks(t)):
+        for block in child_blocks(t):
+            inner = loops + [t.var] if isinstance(t, For) else loops + [None] if isinstance(t, While) else loops
+            if not _written_once(block, x, kept, inner):
                 return False
-        return True
-    return visit(later, [])
+    return True
