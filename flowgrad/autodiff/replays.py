@@ -44,12 +44,8 @@ def replay_definitions(prog, backward, is_restore, needed):
         for w in stmt_writes(t):
             written[w.container] = written.get(w.container, 0) + 1
     backward_reads = {r.ref.container for t in walk(backward) if not is_restore(t) for r in stmt_reads(t)}
-    groups = {}
-    for loop in walk(prog.body):
-        if isinstance(loop, For):
-            found = _definitions_in(loop, prog, written, backward_reads)
-            if found:
-                groups[loop.var] = found
+    groups = [g for loop in walk(prog.body) if isinstance(loop, For)
+              for g in _definitions_in(loop, prog, written, backward_reads)]
     if not groups:
         return backward
     dropped = set()
@@ -60,8 +56,8 @@ def replay_definitions(prog, backward, is_restore, needed):
             if is_restore(t):
                 if id(t.stmt) not in dropped:
                     out.append(t)
-            elif isinstance(t, For) and t.var in groups:
-                placed = _place(t.body, groups[t.var], is_restore, needed)
+            elif isinstance(t, For) and any(_reverses(t, g, is_restore) for g in groups):
+                placed = _place(t.body, [g for g in groups if _reverses(t, g, is_restore)], is_restore, needed)
                 dropped.update(id(s) for _, group in placed for s in group.stmts)
                 body = []
                 for k, s in enumerate(t.body + [None]):
@@ -84,6 +80,12 @@ class _Definition:
     def __init__(self, stmts, container, earlier, later, reads):
         self.stmts, self.container, self.reads = stmts, container, reads
         self.earlier, self.later = earlier, later
+
+
+def _reverses(loop, group, is_restore):
+    """Whether backward ``loop`` reverses the loop of the definition ``group``: its body holds the
+    restore of the definition's first statement."""
+    return any(is_restore(t) and t.stmt is group.stmts[0] for t in loop.body)
 
 
 def _writers(stmts, containers):
