@@ -175,3 +175,23 @@ def test_a_copy_whose_source_changes_between_passes_keeps_its_tape(backend):
     check_grad(source_changed_between_passes, args, (0, 1), backend=backend)
     forward, _ = _sweeps(source_changed_between_passes, args, (0, 1), backend)
     assert any(t != "tape_x" for t in _tapes(forward)), forward
+
+
+def index_copies(x, s):
+    # j copies the loop's variable; the gradient program runs the loop reversed, and the gradient
+    # of that gradient restores j over a reversed loop, whose previous pass is j + 1
+    for i in range(x.shape[0] - 1):
+        j = i
+        x[j] += 0.1 * np.tanh(s * x[j + 1])
+        x[j] *= 0.9
+    return np.sum(np.sin(x))
+
+
+def test_the_gradient_of_a_gradient_over_a_reversed_loop_with_a_copied_index(backend):
+    rng = np.random.default_rng(8)
+    x, s = rng.uniform(-1.0, 1.0, 6), 0.7
+    d = rng.standard_normal(6)
+
+    def along(x, s):
+        return np.sum(flowgrad.grad(index_copies, wrt=0, backend=backend)(x, s) * d)
+    check_grad(along, (x, s), (0, 1), backend=backend, rtol=1e-5)

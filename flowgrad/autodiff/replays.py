@@ -188,9 +188,10 @@ def _place(body, definitions, is_restore, needed):
 def previous_pass_restores(prog, backward, is_restore, needed, namer):
     """Restores of a value a loop's pass copies for the next pass, taken from where it was copied.
 
-    A statement ``S`` of a top-level ``for`` body that defines a container ``c`` afresh with cheap
-    work ``f(var)``, the only write of ``c`` in the loop (``xm1 = img[:, j]``, read by the next
-    pass before it), overwrites in pass ``j`` what pass ``j - step`` wrote: ``f(j - step)``. Where
+    A statement ``S`` of the body of a top-level ``for`` loop that runs its range forwards (not a
+    reversed loop of a gradient program) that defines a container ``c`` afresh with cheap work
+    ``f(var)``, the only write of ``c`` in the loop (``xm1 = img[:, j]``, read by the next pass
+    before it), overwrites in pass ``j`` what pass ``j - step`` wrote: ``f(j - step)``. Where
     nothing the loop runs between the two passes' ``S`` writes what ``f`` reads there, the reversed
     pass evaluates ``f(j - step)`` instead of popping a tape, and the first pass takes ``c`` as it
     was before the loop, which one copy ahead of the loop keeps. What ``f`` reads must be written, in
@@ -213,7 +214,7 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
     kept = {id(t.stmt) for t in walk(backward) if is_restore(t) and id(t) in needed}
     swaps, copies = {}, {}
     for k, loop in enumerate(prog.body):
-        if not isinstance(loop, For) or not const_value(loop.step):
+        if not isinstance(loop, For) or loop.reverse or not const_value(loop.step):
             continue
         written = {}
         for t in walk(loop.body):
