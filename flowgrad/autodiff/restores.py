@@ -34,6 +34,7 @@ def unobserved(backward, is_restore, replayed, inverses):
     seen = set()            # containers a restore may have written by the statement visited
     rows = {}               # container -> (loop, axis, offset) of the loops being visited
     forced = set()          # (container, loop): reads in the loop see the container's other restores
+    repeating = []          # per enclosing loop, the containers its next pass sees restored
 
     def deps(ref):
         return {rd.ref.container for ie in ref.index_exprs() for rd in iter_reads(ie)}
@@ -65,12 +66,17 @@ def unobserved(backward, is_restore, replayed, inverses):
                 if not isinstance(st, If):       # a loop's next pass follows all of its restores
                     restored = [t for t in walk(blocks[0]) if is_restore(t)]
                     if isinstance(st, For) and st.var.name not in replayed:
-                        own = _own_rows(st, restored, is_restore)
+                        # not where an enclosing loop's next pass sees this loop's restores
+                        own = {x: at for x, at in _own_rows(st, restored, is_restore).items()
+                               if not any(x in r for r in repeating)}
                     seen.update(t.ref.container for t in restored if t.ref.container not in own)
+                    repeating.append({t.ref.container for t in restored if t.ref.container not in own})
                 outer = {x: rows[x] for x in own if x in rows}
                 rows.update((x, (st,) + at) for x, at in own.items())
                 for block in blocks:
                     visit(block)
+                if not isinstance(st, If):
+                    repeating.pop()
                 for x in own:
                     del rows[x]
                 rows.update(outer)
