@@ -34,11 +34,12 @@ from ..ir.core import (CHEAP_OPS, Assign, Call, Const, Container, For, If, Index
 _MOVES = frozenset({"gather", "gather_last"})
 
 
-def replay_definitions(prog, backward, is_restore, needed):
+def replay_definitions(prog, backward, is_restore, needed, inverses):
     """``backward`` with the definitions described in the module replayed in their loops' reversed
     bodies; ``is_restore``: whether a backward statement is a restore placeholder (its ``stmt``:
     the forward statement whose overwrite it puts back); ``needed``: the ids of the restores whose
-    values the backward sweep reads as it stands."""
+    values the backward sweep reads as it stands; ``inverses``: restore id -> the statement that
+    restores by running an update backwards, which reads what the update read."""
     written = {}
     for t in walk(prog.body):
         for w in stmt_writes(t):
@@ -57,7 +58,8 @@ def replay_definitions(prog, backward, is_restore, needed):
                 if id(t.stmt) not in dropped:
                     out.append(t)
             elif isinstance(t, For) and any(_reverses(t, g, is_restore) for g in groups):
-                placed = _place(t.body, [g for g in groups if _reverses(t, g, is_restore)], is_restore, needed)
+                placed = _place(t.body, [g for g in groups if _reverses(t, g, is_restore)], is_restore, needed,
+                                inverses)
                 dropped.update(id(s) for _, group in placed for s in group.stmts)
                 body = []
                 for k, s in enumerate(t.body + [None]):
@@ -160,10 +162,10 @@ def _cheaper_than_tape(e):
     return (e.name in CHEAP_OPS or e.name == "divide") and all(_cheaper_than_tape(a) for a in e.args)
 
 
-def _place(body, definitions, is_restore, needed):
+def _place(body, definitions, is_restore, needed, inverses):
     """``[(position, definition)]``: where in the reversed loop body ``body`` each definition's replay
-    goes (before ``body[position]``), for those that have such a place (``needed``: see
-    ``replay_definitions``)."""
+    goes (before ``body[position]``), for those that have such a place (``needed``, ``inverses``:
+    see ``replay_definitions``)."""
     placed, at = [], {}
     for group in definitions:
         k, follows = 0, []
@@ -177,8 +179,10 @@ def _place(body, definitions, is_restore, needed):
             continue
         k = max([k] + [at[d] for d in group.reads if d in at])
         before = [t for s in body[:k] for t in walk([s])]
+        readers = [inverses[id(t)] if is_restore(t) else t for t in before
+                   if not is_restore(t) or id(t) in inverses]
         if any(is_restore(t) and id(t.stmt) in group.earlier for t in before) or \
-                any(r.ref.container is group.container for t in before if not is_restore(t) for r in stmt_reads(t)):
+                any(r.ref.container is group.container for t in readers for r in stmt_reads(t)):
             continue
         at[group.container] = k
         placed.append((k, group))

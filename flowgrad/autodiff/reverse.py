@@ -721,7 +721,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
     def needed_in(backward):
         return _needed_restores(prog, backward, replayed, b.counters.values(), inverses) - \
             unobserved(backward, is_restore, replayed, inverses)
-    backward = replay_definitions(prog, backward, is_restore, needed_in(backward))
+    backward = replay_definitions(prog, backward, is_restore, needed_in(backward), inverses)
     if not replayed:
         backward, copies = previous_pass_restores(prog, backward, is_restore, needed_in(backward), namer)
     else:
