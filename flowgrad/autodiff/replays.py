@@ -57,9 +57,8 @@ def replay_definitions(prog, backward, is_restore, needed, inverses):
             if is_restore(t):
                 if id(t.stmt) not in dropped:
                     out.append(t)
-            elif isinstance(t, For) and any(_reverses(t, g, is_restore) for g in groups):
-                placed = _place(t.body, [g for g in groups if _reverses(t, g, is_restore)], is_restore, needed,
-                                inverses)
+            elif isinstance(t, For) and (mine := _reversed_here(t, groups, is_restore)):
+                placed = _place(t.body, mine, is_restore, needed, inverses)
                 dropped.update(id(s) for _, group in placed for s in group.stmts)
                 body = []
                 for k, s in enumerate(t.body + [None]):
@@ -84,10 +83,11 @@ class _Definition:
         self.earlier, self.later = earlier, later
 
 
-def _reverses(loop, group, is_restore):
-    """Whether backward ``loop`` reverses the loop of the definition ``group``: its body holds the
-    restore of the definition's first statement."""
-    return any(is_restore(t) and t.stmt is group.stmts[0] for t in loop.body)
+def _reversed_here(loop, groups, is_restore):
+    """The definitions of ``groups`` whose loop backward ``loop`` reverses: its body holds the restore
+    of the definition's first statement."""
+    firsts = {id(t.stmt) for t in loop.body if is_restore(t)}
+    return [g for g in groups if id(g.stmts[0]) in firsts]
 
 
 def _writers(stmts, containers):

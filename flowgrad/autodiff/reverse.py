@@ -722,10 +722,9 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
         return _needed_restores(prog, backward, replayed, b.counters.values(), inverses) - \
             unobserved(backward, is_restore, replayed, inverses)
     backward = replay_definitions(prog, backward, is_restore, needed_in(backward), inverses)
-    if not replayed:
+    copies = {}
+    if not replayed:        # a checkpointed loop replays its passes from snapshots
         backward, copies = previous_pass_restores(prog, backward, is_restore, needed_in(backward), namer)
-    else:
-        copies = {}
     needed = needed_in(backward)
     first = _first_touch(prog)
 

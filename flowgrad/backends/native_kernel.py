@@ -17,7 +17,6 @@ background thread while the first program is captured (``warm_up``).
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import hmac
@@ -208,7 +207,8 @@ class Kernel:
     def _workspace(self):
         """A new workspace: the buffers of fixed shape allocated (zeroed, as the function would),
         the others empty until the function makes them."""
-        return tuple(np.empty((0,) * nd, dtype=dt) if fixed is None else _huge_pages(np.zeros(fixed, dtype=dt))
+        from .native_runtime import mark_huge_pages
+        return tuple(np.empty((0,) * nd, dtype=dt) if fixed is None else mark_huge_pages(np.zeros(fixed, dtype=dt))
                      for dt, nd, fixed in self.types)
 
     def _compile_here(self, args):
@@ -326,24 +326,6 @@ def _fp_functions():
     (an import statement costs a microsecond per call)."""
     from .native_math import fp_mode, restore_fp_mode
     return fp_mode, restore_fp_mode
-
-
-def _huge_pages(a):
-    """``native_runtime.huge_pages`` for an array made here (a kernel's workspace), the advice given
-    through ctypes. Python then never takes an array back from the compiled ``huge_pages``: a
-    generated function loaded from Numba's disk cache before that call adds its own compiled copy
-    of ``huge_pages`` to the dispatcher, and with some cache contents boxing that copy's result
-    failed (``NRT_adapt_ndarray_to_python``: ``descr`` is NULL) on every native call of the
-    process."""
-    from .native_runtime import _HUGE_MIN_BYTES, _MADV_HUGEPAGE
-    if _LIBC is not None and a.nbytes >= _HUGE_MIN_BYTES and a.flags.c_contiguous:
-        p = a.ctypes.data
-        start = (p + 4095) & ~4095
-        _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(p + a.nbytes - start), _MADV_HUGEPAGE)
-    return a
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
 def _unheld(a):

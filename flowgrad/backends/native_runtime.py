@@ -1,6 +1,7 @@
 """Numba-compiled helpers called by the native backend's generated code (imported there as ``_rt``)."""
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import sys
@@ -78,6 +79,22 @@ else:
     @_jit
     def huge_pages(a):
         return a
+
+
+_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+
+
+def mark_huge_pages(a):
+    """``huge_pages`` for an array made in Python (a kernel's workspace), the advice given through
+    ctypes. Python then never takes an array back from the compiled ``huge_pages``: a generated
+    function loaded from Numba's disk cache before such a call adds its own compiled copy of
+    ``huge_pages`` to the dispatcher, and with some cache contents boxing that copy's result failed
+    (``NRT_adapt_ndarray_to_python``: ``descr`` is NULL) on every native call of the process."""
+    if _LIBC is not None and a.nbytes >= _HUGE_MIN_BYTES and a.flags.c_contiguous:
+        p = a.ctypes.data
+        start = (p + 4095) & ~4095
+        _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(p + a.nbytes - start), _MADV_HUGEPAGE)
+    return a
 
 
 # BLAS ``xgemm`` as Numba's own ``np.dot`` calls it (column-major; ``numba_xxgemm`` from its helper
