@@ -1038,21 +1038,34 @@ def _leaves_zero(body, c):
 
 def _fold_zero_inits(stmts):
     """``g[v] = 0`` followed, with nothing touching ``g`` in between, by ``g[v] += e`` (the same
-    view; ``e`` not reading ``g``) becomes ``g[v] = e``: one pass over the adjoint instead of two."""
+    view; ``e`` not reading ``g``) becomes ``g[v] = e``: one pass over the adjoint instead of two.
+    Sums into other views of ``g`` in between (``V[:i+1] = p * V[1:i+2] + q * V[:i+1]``'s adjoint
+    adds into both views) commute with it: ``g[v] = e`` moves ahead of the first of them, where
+    what ``e`` reads already holds its value."""
     out = [map_blocks(s, _fold_zero_inits) for s in stmts]
     k = 0
     while k < len(out):
         s = out[k]
         if _clears(s):
             c = s.dst.container
+            first_sum = None
             for j in range(k + 1, len(out)):
                 t = out[j]
-                if isinstance(t, Assign) and t.accumulate and same_ref(t.dst, s.dst) \
-                        and not any(r.ref.container is c for r in iter_reads(t.expr)):
-                    out[j] = Assign(t.dst, t.expr, accumulate=False, loc=t.loc)
+                adds = isinstance(t, Assign) and t.accumulate and t.dst.container is c \
+                    and not any(r.ref.container is c for r in iter_reads(t.expr))
+                if adds and same_ref(t.dst, s.dst):
+                    at = j if first_sum is None else first_sum
+                    if any(w.container is r.ref.container for u in walk(out[at:j]) for w in stmt_writes(u)
+                           for r in iter_reads(t.expr)):
+                        break
+                    del out[j]
+                    out.insert(at, Assign(t.dst, t.expr, accumulate=False, loc=t.loc))
                     del out[k]
                     k -= 1
                     break
+                if adds:
+                    first_sum = j if first_sum is None else first_sum
+                    continue
                 if any(r.ref.container is c for u in walk([t]) for r in stmt_reads(u)) or \
                         any(w.container is c for u in walk([t]) for w in stmt_writes(u)):
                     break

@@ -480,12 +480,17 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
     def fusable(self, s):
         if isinstance(s, (Push, Pop)):
             return self.copies_elements(s)
-        # a whole write that allocates (a transient of run-time shape) rebinds its container, which
-        # must not happen before an earlier statement of the group has read the old array
         if not (isinstance(s, Assign) and s.dst.container.ndim > 0 and len(s.dst.shape) > 0):
             return False
-        allocates = s.dst.is_whole() and not s.accumulate and self.needs_allocation(s.dst.container)
-        return not allocates and not self.needs_temp(s)
+        return not self.needs_temp(s)
+
+    def allocates(self, s):
+        """Whether ``s`` is a whole write binding its container to fresh memory (a transient of
+        run-time shape): the nest it joins binds it before it starts, so no earlier member may
+        touch the container (``joins``). binomial_option's adjoint copies the values' adjoint
+        for the pass that adds it to a shifted view in the nest that reads it for three sums."""
+        return isinstance(s, Assign) and s.dst.container.ndim > 0 and s.dst.is_whole() and \
+            not s.accumulate and self.needs_allocation(s.dst.container)
 
     def copies_elements(self, s):
         """Whether push or pop ``s`` copies its view element by element between its container and
@@ -562,7 +567,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
                 if dst is not None and _reads_off(x, dst):
                     return False
             return True
-        if not self.fusable(s):
+        if not self.fusable(s) or self.allocates(s) and any(s.dst.container in stmt_containers(g) for g in group):
             return False
         view = _view(s)
         if len(view.shape) != len(shape) or not all(same_expr(a, b) for a, b in zip(view.shape, shape)):
@@ -609,6 +614,9 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         indexed by ``top + i``, whose sign the compiler cannot know, the loop would not vectorise."""
         members = [s for s in group if not isinstance(s, Call)]
         reductions = [s for s in group if isinstance(s, Call)]
+        for s in members:
+            if self.allocates(s):
+                self.allocate(s.dst.container, ind)
         # a reduction along the leading axes sums into its output's elements in memory: the
         # adjoint of a matrix-vector product ``A @ x`` for ``x`` (a column sum) then reads ``A``
         # in the pass writing the adjoint for ``A``, not in a pass of its own
