@@ -17,7 +17,8 @@ from .autodiff.batch import batch_tangent
 from .autodiff.forward import build_tangent
 from . import pipeline
 from .autodiff.reverse import build_reverse
-from .checkpoint.plan import parse_bytes, plan_program
+from .checkpoint.plan import Chosen, parse_bytes, plan_program
+from .checkpoint.schedules import STORE_ALL
 from .checkpoint.values import recompute as recompute_values
 from .backends import native as native_backend
 from .backends import native_kernel, native_runtime
@@ -156,6 +157,7 @@ class _Compiled:
         self.ckpt_vars = sorted(loop_kinds or {})
         self._zero_d = None         # the positions of the inputs that are 0-d arrays (``call_args``)
         key = None if hasattr(fn, "_flowgrad_capture") else _program_key(cap, backend, mode, wrt_spec, self.options)
+        self.program_key = key      # where its generated source is kept on disk (None: not kept)
         stored = native_kernel.load_program(key) if key else None
         if mode != "forward":
             self._resolve_wrt(cap, wrt_spec)
@@ -394,9 +396,12 @@ class _Transform:
         self.allow_uncompute = bool(allow_uncompute)
         self.implicit_while = bool(implicit_while)
         if strategy is None:
-            strategy = "store_all" if self.memory_budget is None else "ilp"
-        if strategy not in ("store_all", "recompute_all", "ilp"):
-            raise InputError(f"strategy must be 'store_all', 'recompute_all' or 'ilp', not {strategy!r}")
+            strategy = "fastest" if self.memory_budget is None else "ilp"
+        if strategy not in ("fastest", "store_all", "recompute_all", "ilp"):
+            raise InputError(f"strategy must be 'fastest', 'store_all', 'recompute_all' or 'ilp', not {strategy!r}")
+        if strategy == "fastest" and self.memory_budget is not None:
+            raise InputError("strategy 'fastest' plans without a memory budget; with memory_budget, "
+                             "use strategy='ilp' (the default then)")
         self.strategy = strategy
         if backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
@@ -480,15 +485,15 @@ class _Transform:
         """(compiled entry, checkpoint parameters, plan) for a call, honouring the memory budget;
         ``entry``: the call's store-all entry, when already looked up."""
         entry = self.compiled(args) if entry is None else entry
-        if self.mode == "forward" or self.strategy == "store_all":
-            return entry, {}, None
+        if self.mode == "forward" or self.strategy == "store_all" or \
+                self.strategy == "fastest" and self.backend != "native":
+            return entry, {}, None      # (the NumPy backend's iterations cost more run again than stored)
         env = entry.arg_env(args)
         # a plan depends on the signature and on the integer arguments (trip counts, sizes)
         plan_key = (id(entry), tuple(v for c, v in env.items() if c.ndim == 0 and isinstance(v, int)))
         plan = self.plans.get(plan_key)
         if plan is None:
-            plan = self.plans[plan_key] = plan_program(entry.prog, entry.gp, env, self.memory_budget,
-                                                       self.strategy, self.backend)
+            plan = self.plans[plan_key] = self._plan(entry, env, plan_key[1])
         kinds = {var: kind for var, kind in plan.key() if kind != 0}
         if not kinds and not plan.recompute:
             return entry, {}, plan
@@ -499,6 +504,22 @@ class _Transform:
                                 self.allow_uncompute, self.implicit_while, plan.recompute)
             self.cache[key] = variant
         return variant, plan.params(), plan
+
+    def _plan(self, entry, env, ints):
+        """The plan for a call whose integer arguments are ``ints``. The ``"fastest"`` strategy's
+        choice is kept on disk beside the program's source: a new process finding both there does
+        not lower the program to plan it again."""
+        key = entry.program_key and self.strategy == "fastest" and \
+            native_kernel.program_key(pickle.dumps((entry.program_key, "fastest", ints), protocol=4))
+        stored = native_kernel.load_program(key, "plan") if key else None
+        if stored is not None:
+            return Chosen([tuple(loop) for loop in stored["loops"]])
+        plan = plan_program(entry.prog, entry.gp, env, self.memory_budget, self.strategy, self.backend,
+                            report=False)
+        if key:
+            native_kernel.store_program(key, {"loops": [[c.key, kind, param] for c, kind, param, _, _ in plan.loops
+                                                        if kind != STORE_ALL]}, "plan")
+        return plan
 
     def cache_key(self, args, arguments=None, wrt=None):
         """The signature a call's capture is cached under; ``wrt``: its ``wrt`` names, when
@@ -738,8 +759,10 @@ class grad(value_and_grad):
       backend: ``"native"`` (Numba; the default when installed) or ``"numpy"``.
       memory_budget: bytes (or ``"512MiB"``) the gradient may use; loop tapes beyond it are
         replaced by checkpoint schedules chosen by an integer linear program.
-      strategy: ``"store_all"``, ``"recompute_all"`` or ``"ilp"`` (default: ``"ilp"`` when a
-        budget is given, else ``"store_all"``).
+      strategy: ``"fastest"``, ``"store_all"``, ``"recompute_all"`` or ``"ilp"`` (default:
+        ``"ilp"`` when a budget is given, else ``"fastest"``: every iteration stored, except where
+        the native backend runs a loop again faster than its tape streams through memory; see
+        ``checkpoint.plan.faster_recomputed``).
       allow_uncompute: restore a value an invertible update overwrote (``x[S] += e`` with ``e``
         not reading ``x``, ``x[S] *= c`` by a nonzero constant) by running the update backwards
         in the backward sweep instead of keeping it on a tape. Off by default: the restored value
@@ -945,7 +968,7 @@ def explain(fn, *args, wrt=0, memory_budget=None, strategy=None, backend=None, a
       >>> flowgrad.explain(heat, u, 0.1, 1000, wrt="kappa", memory_budget="4MiB")   # doctest: +SKIP
     """
     g = value_and_grad(fn, wrt=wrt, backend=backend, memory_budget=memory_budget,
-                       strategy=strategy or ("ilp" if memory_budget is not None else "store_all"),
+                       strategy=strategy or ("ilp" if memory_budget is not None else "fastest"),
                        allow_uncompute=allow_uncompute, implicit_while=implicit_while)
     entry = g.compiled(args)
     plan = plan_program(entry.prog, entry.gp, entry.arg_env(args), g.memory_budget, g.strategy, g.backend)

@@ -276,6 +276,33 @@ def test_a_loop_whose_tape_shrinks_is_planned(backend):
     check_grad(backward_induction, args, ("v", "p"), backend=backend)
 
 
+def linear_induction(v, p, steps):
+    for i in range(steps - 1, -1, -1):
+        v[:i + 1] = p * v[1:i + 2] + (1.0 - p) * v[:i + 1]     # 3 FLOPs per 8 bytes of tape
+    return v[0]
+
+
+@pytest.mark.native
+def test_the_fastest_plan_runs_a_cheap_loop_again_instead_of_streaming_its_tape():
+    steps = 2000                # a tape of 16 MB: it leaves the cache between the sweeps
+    args = (np.random.default_rng(4).uniform(-1, 1, steps + 1), 0.3, steps)
+    g = flowgrad.grad(linear_induction, wrt=("v", "p"), backend="native")
+    assert [kind for _, kind, *_ in g.planned(args)[2].loops] == [S.PERIODIC]
+    store = flowgrad.grad(linear_induction, wrt=("v", "p"), backend="native", strategy="store_all")
+    assert not store.planned(args)[1]
+    for got, want in zip(g(*args), store(*args)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    # a loop taking more FLOPs per byte of tape keeps it; so does the NumPy backend's
+    assert [kind for _, kind, *_ in flowgrad.grad(backward_induction, wrt=("v", "p"), backend="native")
+            .planned(args)[2].loops] == [S.STORE_ALL]
+    assert not flowgrad.grad(linear_induction, wrt=("v", "p"), backend="numpy").planned(args)[1]
+    with pytest.raises(flowgrad.InputError, match="strategy 'fastest' plans without a memory budget"):
+        flowgrad.grad(linear_induction, memory_budget="1MiB", strategy="fastest")
+    small = (args[0][:201], 0.3, 200)                           # a tape the cache holds
+    assert not g.planned(small)[1]
+    check_grad(linear_induction, small, ("v", "p"), backend="native")
+
+
 def levinson(r):
     n = r.shape[0]
     y = np.zeros(n)

@@ -438,12 +438,12 @@ def _signature(directory, key, body):
     return hmac.new(_signing_key(directory), f"{key}\0{body}".encode(), hashlib.sha256).hexdigest()
 
 
-def load_program(key):
+def load_program(key, kind="program"):
     """What ``store_program`` kept under ``key`` (a dict), or None: absent, unreadable, or not
     signed by this cache's key."""
     directory = cache_dir()
     try:
-        with open(os.path.join(directory, f"flowgrad_program_{key}.json")) as f:
+        with open(os.path.join(directory, f"flowgrad_{kind}_{key}.json")) as f:
             entry = json.load(f)
         body = entry["body"]
         if not hmac.compare_digest(str(entry["signature"]), _signature(directory, key, body)):
@@ -453,15 +453,15 @@ def load_program(key):
         return None
 
 
-def store_program(key, value):
-    """Keep ``value`` (a JSON-able dict: a program's generated source and what calling it needs)
-    under ``key``, signed, written atomically."""
+def store_program(key, value, kind="program"):
+    """Keep ``value`` (a JSON-able dict: a program's generated source and what calling it needs;
+    ``kind="plan"``: the schedules a plan chose for it) under ``key``, signed, written atomically."""
     directory = cache_dir()
     try:
         body = json.dumps(value, sort_keys=True)
     except (TypeError, ValueError):
         return
-    path = os.path.join(directory, f"flowgrad_program_{key}.json")
+    path = os.path.join(directory, f"flowgrad_{kind}_{key}.json")
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:

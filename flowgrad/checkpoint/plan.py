@@ -341,6 +341,22 @@ class Plan:
         return "\n".join(lines)
 
 
+class Chosen:
+    """A plan's schedules as the program cache keeps them: ``(loop key, kind, parameter)`` per
+    loop not storing every iteration (``Plan.key`` and ``Plan.params`` of that plan)."""
+
+    recompute = ()
+
+    def __init__(self, loops):
+        self.loops = loops
+
+    def key(self):
+        return tuple((key, kind) for key, kind, _ in self.loops)
+
+    def params(self):
+        return {key: param for key, _, param in self.loops}
+
+
 def schedule_text(kind, param):
     return {S.STORE_ALL: "store every iteration", S.PERIODIC: f"periodic snapshots every {param}",
             S.BINOMIAL: f"binomial schedule with {param} snapshots",
@@ -438,8 +454,11 @@ def _infeasible(budget, minimum):
             f"{fmt_bytes(minimum)} ({int(minimum)} bytes); raise the budget to at least that")
 
 
-def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
-    """Plan the loops of a captured program for one call (``env``: argument containers -> values)."""
+def plan_program(prog, gp, env, budget, strategy, backend="numpy", report=True):
+    """Plan the loops of a captured program for one call (``env``: argument containers -> values).
+    ``report``: predict the memory on the timeline and say how each value comes back (for
+    ``explain`` and budgets); without it, the ``"fastest"`` strategy only chooses the loops'
+    schedules (a first call then does not pay for the timeline and the 0/1 program)."""
     plan = Plan()
     plan.budget = budget
     plan.strategy = strategy
@@ -482,6 +501,9 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
         cands.append(LoopCandidate(key, loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
     tops = len(cands)
     cands += _nested_candidates(prog, gp, cands, envs, backend)
+    if strategy == "fastest" and not report:
+        _record(plan, cands, faster_recomputed(cands, backend))
+        return plan
     sizer = Sizer(env)
     found = V.candidates(gp, sizer, lambda s: stmt_flops(s, env)) if backend == "numpy" else []
     plan.points, replay, recomputable = TL.build(gp, sizer, _positions(gp, [c.key for c in cands[:tops]]), backend,
@@ -512,6 +534,8 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
     plan.min_peak = _Program(items, plan.points, constraints).minimum()
     if strategy == "store_all":
         choice = [0] * len(items)
+    elif strategy == "fastest":
+        choice = faster_recomputed(cands, backend) + [0] * (len(items) - len(cands))
     elif strategy == "recompute_all":
         conflicts = {frozenset((i, j)) for (i, _), (j, _) in exclusive}
         chosen = set()              # every value it may: none excluded by one already chosen
@@ -532,14 +556,7 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
     else:
         picked = solve(items, budget if budget is not None else float("inf"), plan.points, constraints)
         choice = [js[j] for js, j in zip(allowed, picked)] + picked[len(cands):]
-    for cand, j in zip(cands, choice):
-        kind, param, mem, _, flops = cand.options()[j]
-        plan.loops.append((cand, kind, param, mem, flops))
-        if cand.inside_from is not None and j > cand.inside_from:
-            plan.inside.add(cand.key)
-        if mem is None:
-            _unplanned(plan, cand.loop, "storing every iteration of a while loop, whose count is not known "
-                                        "before it runs")
+    _record(plan, cands, choice)
     plan.memory = {cand.key: _phases(cand.options()[j]) for cand, j in zip(cands, choice)
                    if cand.options()[j][2] is not None}
     for (key, opts), j in zip(items[len(cands):], choice[len(cands):]):
@@ -549,6 +566,55 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy"):
     plan.peak = peak_of(plan.points, plan.memory)
     plan.values = _values(prog, gp, Sizer(env), plan)
     return plan
+
+
+def _record(plan, cands, choice):
+    """Put the chosen option of each loop candidate (an index into its options) into ``plan``."""
+    for cand, j in zip(cands, choice):
+        kind, param, mem, _, flops = cand.options()[j]
+        plan.loops.append((cand, kind, param, mem, flops))
+        if cand.inside_from is not None and j > cand.inside_from:
+            plan.inside.add(cand.key)
+        if mem is None:
+            _unplanned(plan, cand.loop, "storing every iteration of a while loop, whose count is not known "
+                                        "before it runs")
+
+
+# A tape up to this size stays in the cache between the forward sweep and the backward (this
+# machine's last-level cache is 32 MiB, shared): storing it costs no traffic to memory.
+CACHED_TAPE = 8 * 2**20
+# Running a loop again costs less than streaming its tape to memory and back when it takes fewer
+# FLOPs than this per byte of tape. Measured with native code, one extra forward of the loop
+# (periodic snapshots) against storing every iteration, gradient times: binomial_option 0.62
+# FLOPs per byte, 12.5 -> 8.4 ms; durbin 0.62, 6.9 -> 6.3; heat_1d_explicit 0.50, 39.6 -> 34.3;
+# subcycled_reaction_diffusion 0.65, 30.0 -> 25.0; but nonlinear_diffusion_2d 1.25, 71 -> 89 ms;
+# masked_histogram 1.50, floyd_warshall_soft 1.37 and burgers_1d 1.88, 1.26-1.5x slower.
+RECOMPUTE_FLOPS_PER_TAPE_BYTE = 0.8
+
+
+def faster_recomputed(cands, backend):
+    """The ``"fastest"`` strategy's option per loop candidate (an index into its options): every
+    iteration stored, except a top-level loop of straight-line statements, run by the native
+    backend, for which periodic snapshots (the schedule holding the least) save more than
+    ``CACHED_TAPE`` of tape and running the loop once more takes fewer FLOPs than
+    ``RECOMPUTE_FLOPS_PER_TAPE_BYTE`` per byte saved. The backward sweep then runs the loop again
+    a segment at a time, with a tape of one segment. Not a loop holding loops: replaying them
+    loses the tapes their nests save at once (gramschmidt, 0.50 FLOPs per byte, ran 1.55x slower)."""
+    choice = []
+    for c in cands:
+        opts = c.options()
+        if c.parent is not None:        # (never checkpointed here: its loop holds a loop)
+            choice.append(0)
+            continue
+        periodic = [j for j, o in enumerate(opts) if o[0] == S.PERIODIC]
+        if backend != "native" or c.trips is None or not periodic or \
+                any(isinstance(s, (For, While)) for s in walk(c.loop.body)):
+            choice.append(0)
+            continue
+        j = min(periodic, key=lambda j: opts[j][2])
+        saved = c.trips * c.iter_bytes - opts[j][2]
+        choice.append(j if saved > CACHED_TAPE and opts[j][4] < RECOMPUTE_FLOPS_PER_TAPE_BYTE * saved else 0)
+    return choice
 
 
 def _nested_candidates(prog, gp, cands, envs, backend):
