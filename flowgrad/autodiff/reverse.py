@@ -1056,8 +1056,8 @@ def _fold_zero_inits(stmts):
                 if adds and same_ref(t.dst, s.dst):
                     at = j if first_sum is None else first_sum
                     if any(w.container is r.ref.container for u in walk(out[at:j]) for w in stmt_writes(u)
-                           for r in iter_reads(t.expr)):
-                        break
+                           for r in stmt_reads(Assign(t.dst, t.expr, loc=t.loc))):
+                        break           # (what it reads, its view's bounds too, is not ready there yet)
                     del out[j]
                     out.insert(at, Assign(t.dst, t.expr, accumulate=False, loc=t.loc))
                     del out[k]
