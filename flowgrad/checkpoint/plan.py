@@ -612,7 +612,9 @@ def faster_recomputed(cands, backend):
             choice.append(0)
             continue
         j = min(periodic, key=lambda j: opts[j][2])
-        saved = c.trips * c.iter_bytes - opts[j][2]
+        # (the arrays replaying adds, known only on the timeline, left out: ``explain`` decides
+        # as a call does)
+        saved = c.trips * c.iter_bytes - (opts[j][2] - c.replay_bytes)
         choice.append(j if saved > CACHED_TAPE and opts[j][4] < RECOMPUTE_FLOPS_PER_TAPE_BYTE * saved else 0)
     return choice
 
