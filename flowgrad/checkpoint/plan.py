@@ -580,8 +580,8 @@ def _record(plan, cands, choice):
                                         "before it runs")
 
 
-# A tape up to this size stays in the cache between the forward sweep and the backward (this
-# machine's last-level cache is 32 MiB, shared): storing it costs no traffic to memory.
+# A tape up to this size stays in the cache between the forward sweep and the backward (the
+# benchmark machine's last-level cache is 32 MiB, shared): storing it costs no traffic to memory.
 CACHED_TAPE = 8 * 2**20
 # Running a loop again costs less than streaming its tape to memory and back when it takes fewer
 # FLOPs than this per byte of tape. Measured with native code, one extra forward of the loop
