@@ -499,11 +499,11 @@ def plan_program(prog, gp, env, budget, strategy, backend="numpy", report=True):
         except _Unknown:
             flops = sum(stmt_flops(s, lenv) for s in loop.body)
         cands.append(LoopCandidate(key, loop, trips, iter_bytes, state_bytes, flops, reason, most_bytes))
-    tops = len(cands)
-    cands += _nested_candidates(prog, gp, cands, envs, backend)
-    if strategy == "fastest" and not report:
+    if strategy == "fastest" and not report:      # (it schedules no loop holding loops: no nested candidates)
         _record(plan, cands, faster_recomputed(cands, backend))
         return plan
+    tops = len(cands)
+    cands += _nested_candidates(prog, gp, cands, envs, backend)
     sizer = Sizer(env)
     found = V.candidates(gp, sizer, lambda s: stmt_flops(s, env)) if backend == "numpy" else []
     plan.points, replay, recomputable = TL.build(gp, sizer, _positions(gp, [c.key for c in cands[:tops]]), backend,
@@ -603,11 +603,8 @@ def faster_recomputed(cands, backend):
     choice = []
     for c in cands:
         opts = c.options()
-        if c.parent is not None:        # (never checkpointed here: its loop holds a loop)
-            choice.append(0)
-            continue
         periodic = [j for j, o in enumerate(opts) if o[0] == S.PERIODIC]
-        if backend != "native" or c.trips is None or not periodic or \
+        if backend != "native" or c.parent is not None or c.trips is None or not periodic or \
                 any(isinstance(s, (For, While)) for s in walk(c.loop.body)):
             choice.append(0)
             continue
