@@ -836,6 +836,31 @@ def test_vectors_go_to_and_from_the_tape_in_the_nest_of_their_step():
                    for b in _loop_bodies(src)), src
 
 
+def second_order_filter(x, a, b):
+    n, m = x.shape
+    y = np.zeros_like(x)
+    y1 = np.zeros(n)
+    y2 = np.zeros(n)
+    for j in range(m):
+        y[:, j] = a * x[:, j] + b * y1 - 0.25 * y2 * y1
+        y2 = y1                          # the older state moves on along its tape
+        y1 = y[:, j]
+    return np.sum(np.sin(y) * x)
+
+
+def test_a_step_reading_the_state_its_push_moves_on_runs_in_one_nest():
+    # the column is computed from the old y2 and y2 = y1 moves on in the same pass over the
+    # column: the nest reads y2's old place, which the push leaves below the tape's new top
+    rng = np.random.default_rng(5)
+    args = (rng.standard_normal((7, 9)), 0.6, 0.3)
+    check_grad(second_order_filter, args, ("x", "a", "b"), backend=native)
+    src = flowgrad.grad(second_order_filter, wrt=("x", "a", "b"), backend=native).source(*args)
+    old = re.search(r"^ +(_(\w+)_was\d+) = \2$", src, re.M)
+    assert old, src
+    assert any(any(old.group(1) + "[" in t for t in b) and any(re.match(rf"{old.group(2)}\[\w+\] = ", t) for t in b)
+               for b in _loop_bodies(src)), src
+
+
 def test_a_loop_nest_reads_and_writes_at_most_ten_arrays():
     kernels = pytest.importorskip("benchmarks.kernels")
     m = kernels.load("vadv")

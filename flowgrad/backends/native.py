@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from ..ir.core import (Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Push, Read, Take, Ref,
-                       Slice, While, apart, const_value, is_cheap, iter_reads, loop_range, same_expr, same_ref,
+                       Slice, While, apart, const_value, is_cheap, iter_reads, loop_range, rename, same_expr, same_ref,
                        stmt_containers, stmt_reads, stmt_writes, walk)
 from ..ir.elements import ELEMENTS
 from ..ir.printer import expr_text
@@ -86,6 +86,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         self.product_sums = _product_sums(body)      # calls lowered with the sum that follows them
         self.tape_views = _tape_views(body)          # containers a pop rebinds to the tape's memory
         self.tape_of = {}           # vector its pushes and pops bind to its tape's memory -> the tape (``_renamed``)
+        self.old_places = {}        # id of a push moving a vector along its tape -> what names its old place
         self.lines = []
         self.counter = 0
         self.allocated_at_start = set()
@@ -457,15 +458,43 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
                         not any(self.conflict(d, e) for e in group + later + pending[:j]):
                     up.insert(0, d)         # (a binding copies nothing: it runs first where it can)
             down = [d for d in pending if d not in up]
+            moved = {}
             for d in up:                    # it runs before the nest: past the group and past
                 passed = [e for e in pending[:pending.index(d)] if e not in up]   # what runs after it
-                if any(self.conflict(d, e) for e in group + later + passed):
+                past = [e for e in group + later + passed if self.conflict(d, e)]
+                if past and not (self.moves_along(d) and all(e in group and self.only_reads(e, d.ref.container)
+                                                              for e in past)):
                     return before, group, later
+                moved.update((id(e), d) for e in past)
+            for k, e in enumerate(group):   # members reading the vector a push moves on read its old place
+                if id(e) in moved:
+                    group[k] = self.reading_old_place(e, moved[id(e)])
             before += up
             group.append(s)
             later += down
             pending = []
         return before, group, later
+
+    def moves_along(self, s):
+        """Whether ``s`` is a push moving a vector along its tape (``_renamed``): the vector's old
+        values stay where they were, below the new place the push binds it to."""
+        return isinstance(s, Push) and s.ref.container in self.tape_of
+
+    @staticmethod
+    def only_reads(s, c):
+        return all(w.container is not c for w in stmt_writes(s))
+
+    def reading_old_place(self, s, push):
+        """``s`` reading, instead of the vector ``push`` moves along its tape, the place the vector
+        had before it (``old_places``, bound by the push): a member of a loop nest that the push
+        runs before. deriche's forward sweep computes a column from the state ``ym2`` and then
+        moves ``ym2 = ym1`` on: one pass over each column instead of two (strided, the passes
+        cost a cache line per element)."""
+        c = push.ref.container
+        old = self.old_places.get(id(push))
+        if old is None:
+            old = self.old_places[id(push)] = Container(self.fresh(c.name + "_was"), c.dtype, c.shape)
+        return rename([s], {c: old})[0]
 
     def elsewhere(self, group, s):
         """Whether ``s`` is an element-wise statement over a space much smaller than ``group``'s

@@ -113,6 +113,8 @@ class TapeTraffic:
         if tape not in self.reserved:
             self.line(f"{tape} = _rt.room({tape}, {top} + {size})", ind)
         if s.ref.container in self.tape_of:     # its old values stay where they are, below the top
+            if id(s) in self.old_places:
+                self.line(f"{self.old_places[id(s)].name} = {s.ref.container.name}", ind)
             self.line(f"{s.ref.container.name} = {self.on_tape(s.ref.container, tape, top)}", ind)
             self.line(f"{top} += {size}", ind)
             return
