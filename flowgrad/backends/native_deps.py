@@ -31,10 +31,19 @@ def _element_parts(s):
 def _arrays(s, shape):
     """The arrays a member of a loop nest over ``shape`` reads or writes at every element of the
     nest, its tape included: not a vector or a row broadcast along an axis of the nest, nor a
-    reduction's output, which stay in cache while the nest streams the others."""
+    reduction's output, nor an array of a page or less (``_small``), which stay in cache while the
+    nest streams the others."""
     refs = [r.ref for r in stmt_reads(s)] + ([] if isinstance(s, Call) else list(stmt_writes(s)))
-    return {r.container for r in refs if r.container.ndim and _spans(r.shape, shape)} | \
+    return {r.container for r in refs if r.container.ndim and _spans(r.shape, shape) and not _small(r.container)} | \
         ({s.tape} if isinstance(s, (Push, Pop)) else set())
+
+
+def _small(c):
+    """Whether all of array ``c`` takes a page (4 KiB) or less: the state vectors a loop's
+    steps read and write whole (deriche's adjoint steps, eight rows of 400 or columns of 500
+    elements beside the rows of its images) stay in cache from one step to the next."""
+    sizes = [const_value(d) for d in c.shape]
+    return None not in sizes and math.prod(sizes) * c.dtype.itemsize <= 4096
 
 
 def _spans(view, shape):
