@@ -177,6 +177,28 @@ def loop_rebinds_a_view(x, n):
     return np.sum(x)
 
 
+def carries_a_view_it_then_overwrites(x):
+    prev = np.zeros(x.shape[0])
+    out = 0.0
+    for j in range(1, x.shape[1]):
+        x[:, j - 1] = 2.0 * x[:, j - 1]      # NumPy: prev, bound to x[:, j - 1] last pass, shows it
+        out += np.sum(prev * prev)
+        prev = x[:, j]
+    return out
+
+
+def carries_a_copied_view_it_then_overwrites(x):
+    prev = np.zeros(x.shape[0])
+    older = np.zeros(x.shape[0])
+    out = 0.0
+    for j in range(1, x.shape[1]):
+        out += np.sum(older * older)
+        older = prev
+        x[:, j - 1] = 2.0 * x[:, j - 1]      # NumPy: older is x[:, j - 1], read on the next pass
+        prev = x[:, j]
+    return out
+
+
 def view_after_a_loop(x, n):
     a = x
     for i in range(n):
@@ -244,6 +266,11 @@ UNSUPPORTED = [
     pytest.param(swaps_with_an_argument, "for i in range(n):", r"'a' shares another array's memory on entry",
                  lambda: (U((4,)), 2), id="swap-with-an-argument"),
     pytest.param(loop_rebinds_a_view, "y = x[2:]", r"reading 'x' after a write .*'y', which shares", lambda: (U((4,)), 2), id="loop-rebinds-a-view"),
+    pytest.param(carries_a_view_it_then_overwrites, "x[:, j - 1] = 2.0 * x[:, j - 1]",
+                 r"the part of 'x' that 'prev' views while the loop carries 'prev'.*\.copy\(\)", lambda: (U((3, 5)),),
+                 id="carried-view-then-overwritten"),
+    pytest.param(carries_a_copied_view_it_then_overwrites, "x[:, j - 1] = 2.0 * x[:, j - 1]",
+                 r"the part of 'x' that 'older' views", lambda: (U((3, 5)),), id="carried-view-copied-on"),
     pytest.param(view_after_a_loop, "return np.sum(x * np.arange(4.0))", r"'a'.*whether the loop runs",
                  lambda: (U((4,)), 0), id="view-after-a-loop"),
     pytest.param(writes_a_helper_result, "return np.sum(x) + np.sum(z)", r"result of _pick\(\)",

@@ -30,14 +30,15 @@ class Scope:
     """Code being captured that runs a number of times, or on a path, known only at run time: a
     loop's body ('for', 'while') or a branch ('branch'). ``out``: the statement list its loop or
     ``If`` goes into; ``env``: its frame's names on entry; for a ``for`` loop, ``key`` (for the
-    hint that unrolls it), ``trips`` (its trip count where known at capture) and ``vars`` (the
-    scalars its variable lives in)."""
+    hint that unrolls it), ``trips`` (its trip count where known at capture), ``vars`` (the
+    scalars its variable lives in), ``step`` (its step, an expression) and ``reverse``."""
 
-    __slots__ = ("out", "frame", "env", "kind", "loc", "key", "trips", "vars")
+    __slots__ = ("out", "frame", "env", "kind", "loc", "key", "trips", "vars", "step", "reverse")
 
-    def __init__(self, out, frame, kind, loc, key=None, trips=None, vars=()):
+    def __init__(self, out, frame, kind, loc, key=None, trips=None, vars=(), step=None, reverse=False):
         self.out, self.frame, self.env = out, frame, dict(frame.env)
         self.kind, self.loc, self.key, self.trips, self.vars = kind, loc, key, trips, tuple(vars)
+        self.step, self.reverse = step, reverse
 
 
 def same_binding(a, b):

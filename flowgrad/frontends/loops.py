@@ -16,8 +16,8 @@ import builtins
 import numpy as np
 
 from ..errors import FlowgradError, unsupported
-from ..ir.core import (BOOL, CASTS, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, const_value, iter_reads,
-                       op, same_expr, same_ref, scalar, stmt_writes, walk)
+from ..ir.core import (BOOL, CASTS, I64, Assign, Call, Const, Expr, For, If, Read, Ref, While, apart, const_value,
+                       iter_reads, op, same_expr, same_ref, scalar, stmt_reads, stmt_writes, substitute, walk)
 from . import indexing, pytrees, pyvalues
 from .control import Escape, LoopCtx, Restart, Scope, same_binding
 from .pybuiltins import FUNCTIONS as BUILTINS, sequence
@@ -73,7 +73,8 @@ class LoopStatements:
         before = dict(frame.env)
         entry = []
         hoist = ("hoisted checks", frame.fn, node.lineno, node.col_offset)
-        scope = dict(kind="for", key=key, trips=_trip_count(*bounds), vars=[v for v in (var, held) if v is not None])
+        scope = dict(kind="for", key=key, trips=_trip_count(*bounds), vars=[v for v in (var, held) if v is not None],
+                     step=bounds[2], reverse=reverse)
 
         def enter():
             entry.append(self.facts.enter_loop(var, *bounds, hoist=hoist not in self.hints))
@@ -397,6 +398,7 @@ class LoopStatements:
         aliased = [n for n, v0, _ in carried if isinstance(n, str) and v0.ref.container in held]
         if aliased:
             return aliased
+        self.carried_views(carried, env0, stmts, loc, loop)
         dests = {v0.ref.container for _, v0, _ in carried}
         carried_names = {n for n, _, _ in carried}
         shared = [n for n, v0, _ in carried if v0.ref.container in getattr(self, "stand_ins", {})]
@@ -442,6 +444,53 @@ class LoopStatements:
                     if other not in carried_names and isinstance(w, Read) and w.ref.container is e1.ref.container:
                         frame.env[other] = Read(Ref(v0.ref.container, w.ref.items, w.ref.perm))
         return []
+
+    def carried_views(self, carried, env0, stmts, loc, loop):
+        """Refuse a loop-carried name bound at the end of a pass to a view of an array that lives
+        across passes (an argument, or one bound before the loop), where the next pass changes that
+        part of the array before it last reads the name: NumPy's name is the view and shows the
+        change, flowgrad's holds the values the view had at the end of the pass (``prev = x[:, j]``
+        and, on the next pass, ``x[:, j - 1] = ...`` before reading ``prev``). So is writing into
+        such a name before the pass binds it again (NumPy's write would reach the array). A name
+        bound to another carried name's old values (``ym2 = ym1`` before ``ym1 = y[:, j]``) views
+        what that one viewed a pass earlier. After the loop the name's storage stands for the
+        array's memory (``indexing.stand_in``). deriche's ``ym1 = y1[:, j]``, whose next pass
+        writes column ``j + 1``, passes."""
+        persistent = {v.ref.container for v in env0.values() if isinstance(v, Read)}
+        bound = {v0.ref.container: e1 for _, v0, e1 in carried}
+        for name, v0, e1 in carried:
+            view, back = e1, 1
+            while isinstance(view, Read) and view.ref.is_whole() and view.ref.container in bound and back < 4:
+                view, back = bound[view.ref.container], back + 1     # the other name's value, a pass earlier
+            store = v0.ref.container
+            if not isinstance(view, Read) or view.ref.container is store:
+                continue
+            c = view.ref.container
+            if not (c.kind == "arg" or c in persistent) or c.ndim == 0:
+                continue
+            label = name if isinstance(name, str) else name[0]
+            what = f"{label!r}, which the loop binds to a view of {c.name!r} from one pass to the next"
+            fix = f"give {label!r} a copy where the loop binds it (... = {c.name}[...].copy()), or write {c.name!r} " \
+                  f"after the last read of {label!r}"
+            through = next((t for t in walk(stmts) if any(w.container is store for w in stmt_writes(t))), None)
+            if through is not None:
+                raise unsupported(through.loc or loc, f"writing into {what} before the next pass binds it again "
+                                                      f"(NumPy's write would reach {c.name!r})", fix)
+            reads = [k for k, s in enumerate(stmts) if any(r.ref.container is store for t in walk([s])
+                                                           for r in stmt_reads(t))]
+            last = reads[-1] if reads else -1
+            upto = last + (1 if last >= 0 and not isinstance(stmts[last], Assign) else 0)
+            # the pass writing what it reads up to its last read, and, where the values went
+            # through another name's storage, every pass holding them there (whole passes)
+            spans = [(stmts[:upto], back)] + [(stmts, k) for k in range(1, back)]
+            for part, passes in spans:
+                earlier = _passes_back(view.ref, loop, stmts, passes)
+                for t in walk(part):
+                    if any(w.container is c and (earlier is None or not apart(w, earlier)) for w in stmt_writes(t)):
+                        raise unsupported(t.loc or loc, f"writing into the part of {c.name!r} that {label!r} views "
+                                          f"while the loop carries {label!r} to a later pass that reads it (NumPy's "
+                                          f"{label!r} would show the write; flowgrad carries its values)", fix)
+            indexing.stand_in(self, store, c, what, loc, fix)
 
     def carry_tree(self, name, v0, v1, loc, loop):
         """The leaves of Python container ``name`` that a loop body rebinds (``state = step(state)``)
@@ -616,3 +665,21 @@ def _assigned_names(stmts):
 
 def _reads(e):
     return list(iter_reads(e))
+
+
+def _passes_back(ref, loop, stmts, n):
+    """View ``ref`` (of a loop's pass) as it was ``n`` passes earlier, or None where that is not
+    known: an index moving in a loop other than a ``for`` loop of a step known at capture, or
+    reading what the body writes besides the loop's variable."""
+    written = {w.container for t in walk(stmts) for w in stmt_writes(t)}
+    loop_vars = set(loop.vars) if loop is not None else set()
+    if not any(r.ref.container in written | loop_vars for ie in ref.index_exprs() for r in iter_reads(ie)):
+        return ref                  # the same part on every pass
+    step = const_value(loop.step) if loop is not None and loop.kind == "for" else None
+    if not step or any(r.ref.container in written - loop_vars for ie in ref.index_exprs() for r in iter_reads(ie)):
+        return None
+    shift = n * step * (-1 if loop.reverse else 1)
+    out = Read(ref)
+    for v in loop.vars:
+        out = substitute(out, v, op("subtract", scalar(v), Const(shift)))
+    return out.ref
