@@ -216,7 +216,16 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
                 if is_restore(r):
                     owner[id(r.stmt)] = (t, r)
     kept = {id(t.stmt) for t in walk(backward) if is_restore(t) and id(t) in needed}
-    swaps, copies = {}, {}
+    swaps, copies, firsts = {}, {}, {}
+
+    def before_loop(loop, c, loc):
+        """The copy of ``c`` as it was ahead of ``loop`` (made there once)."""
+        if (id(loop), c) not in firsts:
+            first = firsts[id(loop), c] = Container(namer(c.name + "_first"), c.dtype, c.shape, "transient")
+            prog.containers[first.name] = first
+            copies.setdefault(id(loop), []).append(Assign(Ref(first), Read(Ref(c)), loc=loc))
+        return Read(Ref(firsts[id(loop), c]))
+
     for k, loop in enumerate(prog.body):
         if not isinstance(loop, For) or loop.reverse or not const_value(loop.step):
             continue
@@ -228,16 +237,19 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
             found = owner.get(id(st))
             if found is None or id(found[1]) not in needed:
                 continue
-            expr = _from_previous_pass(loop, p, prog.body[k + 1:], written, kept)
-            if expr is None:
+            c = st.dst.container if isinstance(st, Assign) else None
+            passes = [pass_ for pass_ in (_from_previous_pass(loop, p, prog.body[k + 1:], written, kept),
+                                          _from_two_passes_back(loop, p, prog.body[k + 1:], written, kept)) if pass_]
+            if not passes:
                 continue
-            c = st.dst.container
-            first = Container(namer(c.name + "_first"), c.dtype, c.shape, "transient")
-            prog.containers[first.name] = first
-            copies.setdefault(id(loop), []).append(Assign(Ref(first), Read(Ref(c)), loc=st.loc))
-            swaps[id(found[1])] = If(op("not_equal", scalar(loop.var), loop.start),
-                                     [Assign(Ref(c), expr, loc=st.loc)], [Assign(Ref(c), Read(Ref(first)), loc=st.loc)],
-                                     st.loc)
+            expr, source = passes[0]
+            if source is not None:          # the second pass takes what the copied container held ahead of the loop
+                expr = If(op("not_equal", _back(loop), loop.start), [Assign(Ref(c), expr, loc=st.loc)],
+                          [Assign(Ref(c), before_loop(loop, source, st.loc), loc=st.loc)], st.loc)
+            else:
+                expr = Assign(Ref(c), expr, loc=st.loc)
+            swaps[id(found[1])] = If(op("not_equal", scalar(loop.var), loop.start), [expr],
+                                     [Assign(Ref(c), before_loop(loop, c, st.loc), loc=st.loc)], st.loc)
     if not swaps:
         return backward, copies
 
@@ -247,33 +259,73 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
 
 
 def _from_previous_pass(loop, p, later, written, kept):
-    """``f(var - step)`` for ``loop.body[p]``, ``c = f(var)``, where the restore of its overwrite
-    may evaluate it (see ``previous_pass_restores``; ``later``: the top-level statements after the
-    loop; ``written``: how often the loop writes each container; ``kept``: the ids of the forward
-    statements whose restores are needed), else None."""
+    """``(f(var - step), None)`` for ``loop.body[p]``, ``c = f(var)``, where the restore of its
+    overwrite may evaluate it (see ``previous_pass_restores``; ``later``: the top-level statements
+    after the loop; ``written``: how often the loop writes each container; ``kept``: the ids of the
+    forward statements whose restores are needed), else None."""
     st = loop.body[p]
-    if not (isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and _cheaper_than_tape(st.expr)):
+    if not _defines(st, written) or not _reads_stay(loop, st.expr, [st.dst.container], [(p + 1, None), (0, p)],
+                                                    later, written, kept):
         return None
-    c = st.dst.container
-    if c.kind != "transient" or written.get(c) != 1:
+    return substitute(st.expr, loop.var, _back(loop)), None
+
+
+def _from_two_passes_back(loop, p, later, written, kept):
+    """``(f(var - 2 step), c1)`` for ``loop.body[p]``, ``c2 = c1``, a copy of what a later statement
+    ``loop.body[q]``, ``c1 = f(var)``, defines afresh (a second-order recursion's ``ym2 = ym1``
+    before ``ym1 = y[:, j]``): pass ``j`` overwrites ``c2`` with what pass ``j - 2 step`` computed,
+    ``f(j - 2 step)``, or, in the second pass, with ``c1`` as it was ahead of the loop. The same
+    conditions as ``_from_previous_pass``'s, over the passes between: nothing from pass ``j - 2
+    step``'s ``c1 = f`` to pass ``j``'s ``c2 = c1`` writes what ``f`` read. deriche's filters
+    carry two such copies each (its gradient's tapes of a column or row per pass: 8 -> 3)."""
+    st = loop.body[p]
+    if not (_defines(st, written) and isinstance(st.expr, Read) and st.expr.ref.is_whole()):
         return None
+    c2, c1 = st.dst.container, st.expr.ref.container
+    q = next((q for q in range(p + 1, len(loop.body)) if any(w.container is c1 for w in stmt_writes(loop.body[q]))),
+             None)
+    if c1 is c2 or q is None or not _defines(loop.body[q], written):
+        return None
+    spans = [(q + 1, None), (0, None), (0, p)]     # passes j - 2 step (after q), j - step, j (up to p)
+    if not _reads_stay(loop, loop.body[q].expr, [c1, c2], spans, later, written, kept):
+        return None
+    return substitute(substitute(loop.body[q].expr, loop.var, _back(loop)), loop.var, _back(loop)), c1
+
+
+def _defines(st, written):
+    """Whether ``st`` defines a loop's transient afresh, its only write in the loop, with work
+    cheaper than a tape's."""
+    return isinstance(st, Assign) and not st.accumulate and st.dst.is_whole() and _cheaper_than_tape(st.expr) and \
+        st.dst.container.kind == "transient" and written.get(st.dst.container) == 1
+
+
+def _back(loop):
+    """``var - step`` of ``for`` loop ``loop``: its previous pass."""
     step = const_value(loop.step)
-    back = op("subtract", scalar(loop.var), Const(step)) if step > 0 else op("add", scalar(loop.var), Const(-step))
-    reads = list(iter_reads(st.expr))
-    for rd in reads:
+    return op("subtract", scalar(loop.var), Const(step)) if step > 0 else op("add", scalar(loop.var), Const(-step))
+
+
+def _reads_stay(loop, e, own, spans, later, written, kept):
+    """Whether what ``e`` reads (in ``loop``'s body; none of the containers ``own``) keeps, from
+    where ``e`` is evaluated to where its restore evaluates it again some passes later, the values
+    it read: ``spans``, the parts of the body each pass in between runs, ``(start, stop)`` of the
+    pass where ``e`` ran first, the restore's pass last (``_apart_from``), and each container
+    it reads written, in the loop and after it, as ``_written_once`` allows."""
+    for rd in iter_reads(e):
         x = rd.ref.container
-        if x is c or any(r.ref.container in written and r.ref.container is not loop.var
-                         for e in rd.ref.index_exprs() for r in iter_reads(e)):
-            return None
+        if any(x is c for c in own) or any(r.ref.container in written and r.ref.container is not loop.var
+                                           for ie in rd.ref.index_exprs() for r in iter_reads(ie)):
+            return False
         if x is loop.var or x not in written:
             continue
-        there = substitute(Read(rd.ref), loop.var, back).ref
-        # between the two passes' S: the rest of pass j - step, then pass j up to S
-        if not (_apart_from(loop.body[p + 1:], x, rd.ref, loop) and _apart_from(loop.body[:p], x, there, loop)):
-            return None
+        there = rd.ref                  # the read as the pass in question sees it
+        for start, stop in spans:
+            if not _apart_from(loop.body[start:stop], x, there, loop):
+                return False
+            there = substitute(Read(there), loop.var, _back(loop)).ref
         if not (_written_once(loop.body, x, kept, [loop.var]) and _written_once(later, x, kept, [])):
-            return None
-    return substitute(st.expr, loop.var, back)
+            return False
+    return True
 
 
 def _apart_from(stmts, x, ref, loop):
