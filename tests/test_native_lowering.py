@@ -843,8 +843,8 @@ def second_order_filter(x, a, b):
     y2 = np.zeros(n)
     for j in range(m):
         y[:, j] = a * x[:, j] + b * y1 - 0.25 * y2 * y1
-        y2 = y1                          # the older state moves on along its tape
-        y1 = y[:, j]
+        y2 = y1                          # the older state moves on along its tape (y1 being no
+        y1 = np.tanh(y[:, j])            # column of y, it is not taken from y again)
     return np.sum(np.sin(y) * x)
 
 
