@@ -237,12 +237,11 @@ def previous_pass_restores(prog, backward, is_restore, needed, namer):
             found = owner.get(id(st))
             if found is None or id(found[1]) not in needed:
                 continue
-            c = st.dst.container if isinstance(st, Assign) else None
-            passes = [pass_ for pass_ in (_from_previous_pass(loop, p, prog.body[k + 1:], written, kept),
-                                          _from_two_passes_back(loop, p, prog.body[k + 1:], written, kept)) if pass_]
-            if not passes:
+            found_pass = _from_previous_pass(loop, p, prog.body[k + 1:], written, kept) or \
+                _from_two_passes_back(loop, p, prog.body[k + 1:], written, kept)
+            if found_pass is None:
                 continue
-            expr, source = passes[0]
+            (expr, source), c = found_pass, st.dst.container
             if source is not None:          # the second pass takes what the copied container held ahead of the loop
                 expr = If(op("not_equal", _back(loop), loop.start), [Assign(Ref(c), expr, loc=st.loc)],
                           [Assign(Ref(c), before_loop(loop, source, st.loc), loc=st.loc)], st.loc)

@@ -458,6 +458,7 @@ class LoopStatements:
         writes column ``j + 1``, passes."""
         persistent = {v.ref.container for v in env0.values() if isinstance(v, Read)}
         bound = {v0.ref.container: e1 for _, v0, e1 in carried}
+        written = {w.container for t in walk(stmts) for w in stmt_writes(t)}
         for name, v0, e1 in carried:
             view, back = e1, 1
             while isinstance(view, Read) and view.ref.is_whole() and view.ref.container in bound and back < 4:
@@ -472,8 +473,8 @@ class LoopStatements:
             what = f"{label!r}, which the loop binds to a view of {c.name!r} from one pass to the next"
             fix = f"give {label!r} a copy where the loop binds it (... = {c.name}[...].copy()), or write {c.name!r} " \
                   f"after the last read of {label!r}"
-            through = next((t for t in walk(stmts) if any(w.container is store for w in stmt_writes(t))), None)
-            if through is not None:
+            if store in written:
+                through = next(t for t in walk(stmts) if any(w.container is store for w in stmt_writes(t)))
                 raise unsupported(through.loc or loc, f"writing into {what} before the next pass binds it again "
                                                       f"(NumPy's write would reach {c.name!r})", fix)
             reads = [k for k, s in enumerate(stmts) if any(r.ref.container is store for t in walk([s])
@@ -484,7 +485,7 @@ class LoopStatements:
             # through another name's storage, every pass holding them there (whole passes)
             spans = [(stmts[:upto], back)] + [(stmts, k) for k in range(1, back)]
             for part, passes in spans:
-                earlier = _passes_back(view.ref, loop, stmts, passes)
+                earlier = _passes_back(view.ref, loop, written, passes)
                 for t in walk(part):
                     if any(w.container is c and (earlier is None or not apart(w, earlier)) for w in stmt_writes(t)):
                         raise unsupported(t.loc or loc, f"writing into the part of {c.name!r} that {label!r} views "
@@ -667,11 +668,10 @@ def _reads(e):
     return list(iter_reads(e))
 
 
-def _passes_back(ref, loop, stmts, n):
+def _passes_back(ref, loop, written, n):
     """View ``ref`` (of a loop's pass) as it was ``n`` passes earlier, or None where that is not
     known: an index moving in a loop other than a ``for`` loop of a step known at capture, or
-    reading what the body writes besides the loop's variable."""
-    written = {w.container for t in walk(stmts) for w in stmt_writes(t)}
+    reading what the body writes (``written``) besides the loop's variable."""
     loop_vars = set(loop.vars) if loop is not None else set()
     if not any(r.ref.container in written | loop_vars for ie in ref.index_exprs() for r in iter_reads(ie)):
         return ref                  # the same part on every pass
