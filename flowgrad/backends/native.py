@@ -32,6 +32,7 @@ from .native_locals import NestLocals
 from .native_kernel import (Deferred, Kernel, available, cache_dir, compile_source,  # noqa: F401 (the backend's
                             tiered)                                                   # interface)
 from .native_parallel import ParallelNests
+from .native_shifts import ShiftedMembers
 from .native_tapes import TapeTraffic, _written
 from .native_runtime import VECTOR_MATH
 from .numpy import dtype_src
@@ -78,7 +79,7 @@ def _smaller(shape, space):
 
 
 
-class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
+class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMembers, Located):
     """Emits Numba-compilable source for a list of IR statements."""
 
     def __init__(self, containers, body=()):
@@ -593,13 +594,17 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
                         return False
                     continue
                 dst, _, _ = _element_parts(g)
-                if dst is not None and _reads_off(x, dst):
+                if dst is not None and _reads_off(x, dst) and not self.reads_further(group, x, g):
                     return False
             return True
         if not self.fusable(s) or self.allocates(s) and any(s.dst.container in stmt_containers(g) for g in group):
             return False
         view = _view(s)
         if len(view.shape) != len(shape) or not all(same_expr(a, b) for a, b in zip(view.shape, shape)):
+            return False
+        if self.carried_base(group, s) is not None:
+            return True             # a sum one element further than the nest's
+        if self.writes_carried(group, s):
             return False
         dst, expr, accumulate = _element_parts(s)
         for g in group:
@@ -612,6 +617,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
             if isinstance(g, (Push, Pop)) and isinstance(s, (Push, Pop)) and g.tape is s.tape:
                 return False
             g_dst, g_expr, g_accumulate = _element_parts(g)
+            ahead = self.reads_further(group, expr, g) and (dst is None or dst.container is not g_dst.container)
             if g_dst is not None and dst is not None and g_dst.container is dst.container and \
                     not same_ref(g_dst, dst) and not (g_accumulate and accumulate and _apart_in_inner_loop(g_dst, dst)):
                 # two sums into overlapping views commute (no statement of the group reads the
@@ -622,7 +628,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
             for (later, later_expr), earlier in (((dst, expr), g_dst), ((g_dst, g_expr), dst)):
                 if earlier is None:
                     continue
-                if later_expr is not None and _reads_off(later_expr, earlier):
+                if later_expr is not None and _reads_off(later_expr, earlier) and not (ahead and earlier is g_dst):
                     return False
                 for ie in later.index_exprs() if later is not None else ():
                     if any(r.ref.container is earlier.container for r in iter_reads(ie)):
@@ -643,8 +649,9 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         indexed by ``top + i``, whose sign the compiler cannot know, the loop would not vectorise."""
         members = [s for s in group if not isinstance(s, Call)]
         reductions = [s for s in group if isinstance(s, Call)]
+        local = self.local_containers(group)
         for s in members:
-            if self.allocates(s):
+            if self.allocates(s) and s.dst.container not in local:
                 self.allocate(s.dst.container, ind)
         # a reduction along the leading axes sums into its output's elements in memory: the
         # adjoint of a matrix-vector product ``A @ x`` for ``x`` (a column sum) then reads ``A``
@@ -658,9 +665,10 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
         # norm's adjoint computes ``sqrt(var + eps)`` per row once and still fuses its passes
         memo = {}
         pairs = [(dst, self.hoist(e, self.space(group), ind, memo)) for dst, e in pairs]
+        further, carried = self.shifted_members(group)
         self.locals = self.nest_locals(group)
-        parallel = not reductions and self.splits(self.space(group), pairs)
-        if rows or leads:
+        parallel = not reductions and not (further or carried) and self.splits(self.space(group), pairs)
+        if rows or leads or further or carried:
             shape = self.space(group)          # rows stay rows: no trailing axes merged
         else:
             pairs, shape = self.collapse(pairs, self.space(group), ind)
@@ -691,7 +699,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
             slots[id(s)] = self.fresh("slot")
             self.line(f"{slots[id(s)]} = {tape}[{top}:{top} + {size}]" +
                       (f".reshape({self.shape_tuple(shape)})" if len(shape) > 1 else ""), ind)
-        names, inner = self.nest(shape, ind, parallel=parallel and len(shape) > 1)
+        names, inner = self.nest(self.main_loop_shape(shape, further), ind, parallel=parallel and len(shape) > 1)
         written = {}                  # container -> the views the nest writes of it
         for w in (w for s in members for w in stmt_writes(s)):
             written.setdefault(w.container, []).append(w)
@@ -713,15 +721,32 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
             not isinstance(s, Call) and overwrites(s, g) for s in group[:k])]
         order = first + [s for s in group[:late] if not isinstance(s, Call)] + \
             [s for s in group[:late] if isinstance(s, Call) and all(s is not g for g in first)] + group[late:]
-        for s in order:
-            dst, expr = work[id(s)]
-            if isinstance(s, Assign) and s.dst.container in self.locals:
+        regs = {}                     # container -> the register carrying its element (``carried_sum``)
+        values = {}                   # container -> the source of the element a member wrote of it
+        sources = self.carried_containers(group, carried)
+
+        def body(in_loop):
+            for s in order:
+                member(s, *work[id(s)], in_loop)
+
+        def member(s, dst, expr, in_loop):
+            if in_loop and id(s) in further:
+                expr = self.from_slots(expr, further[id(s)], slots, shape)
+            if id(s) in carried:
+                self.carried_sum(dst, expr, names, shape, inner, regs, values)
+            elif isinstance(s, Assign) and s.dst.container in self.locals:
                 self.line(f"{self.locals[s.dst.container]} {'+=' if s.accumulate else '='} "
                           f"{self.elem(expr, names, shape)}", inner)
+                values[s.dst.container] = self.locals[s.dst.container]
+            elif isinstance(s, Assign) and s.dst.container in sources:
+                values[s.dst.container] = self.fresh("v")
+                self.line(f"{values[s.dst.container]} = {self.elem(expr, names, shape)}", inner)
+                self.line(f"{self.read(dst, names, shape)} = {values[s.dst.container]}", inner)
             elif isinstance(s, Push):
                 self.line(f"{slots[id(s)]}[{', '.join(names)}] = {self.elem(expr, names, shape)}", inner)
             elif isinstance(s, Pop):
-                self.line(f"{self.read(dst, names, shape)} = {slots[id(s)]}[{', '.join(names)}]", inner)
+                values[s.ref.container] = f"{slots[id(s)]}[{', '.join(names)}]"
+                self.line(f"{self.read(dst, names, shape)} = {values[s.ref.container]}", inner)
             elif isinstance(s, Assign):
                 target = self.read(dst, names, shape)
                 self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
@@ -729,12 +754,22 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, Located):
                 acc = acc_of[id(s)]
                 acc = acc(names) if callable(acc) else acc
                 self.line(f"{acc} = {reduction_start(s)[1].format(a=acc, b=self.elem(expr, names, shape))}", inner)
+
+        body(True)
+        last = self.src(shape[-1]) if shape else None
+        if further:                   # the last element, which its pop does not restore, read in place
+            self.line(f"if {last} > 0:", inner - 1)
+            self.line(f"{names[-1]} = {last} - 1", inner)
+            body(False)
         at, _, loads, _ = self.invariant
         self.invariant = None
         self.locals = {}
         starts = [f"{acc} = {reduction_start(s)[0]}" for s, acc in zip(reductions, accs) if id(s) in rows]
         self.lines[at:at] = ["    " * (inner - 1) + line
-                             for line in starts + [f"{name} = {text}" for text, name in loads.items()]]
+                             for line in starts + [f"{name} = {text}" for text, name in loads.items()] +
+                             self.register_starts(regs)]
+        for s in (s for s in order if id(s) in carried):      # the last element's sums
+            self.carried_sum(*work[id(s)], names, shape, inner - 1, regs, values, at=last)
         for s, acc in zip(reductions, accs):      # after the innermost loop
             c = s.outputs[0]
             if id(s) in rows:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from ..ir.core import (DISJOINT, F64, Assign, Call, Op, Pop, Push, Read, Slice, Take, apart, child_blocks, const_value,
-                       iter_reads, reads_besides_sum, same_expr, same_ref, stmt_reads, stmt_writes, view_offsets,
-                       walk)
+from ..ir.core import (DISJOINT, F64, Assign, Call, NewAxis, Op, Pop, Push, Read, Slice, Take, apart, child_blocks,
+                       const_value, iter_reads, reads_besides_sum, same_expr, same_ref, stmt_reads, stmt_writes,
+                       view_offsets, walk)
 
 
 def _view(s):
@@ -193,6 +193,27 @@ def _reads_ahead(w, r):
         return False
     distance = tuple(offsets[p] for p in sorted(offsets))
     return distance >= (0,) * len(distance)
+
+
+def _one_further(a, b):
+    """Whether view ``b`` is view ``a`` of the same container one element further along their
+    last axis (``g[1:n + 1]`` against ``g[0:n]``), every other index the same."""
+    if a.container is not b.container or any(isinstance(it, NewAxis) for it in a.items + b.items):
+        return False
+    offsets = view_offsets(a, b)
+    if not isinstance(offsets, dict) or not offsets:
+        return False
+    last = max(offsets)
+    return offsets[last] == 1 and const_value(a.items[last].step) == 1 and \
+        not any(d for p, d in offsets.items() if p != last)
+
+
+def _read_further(e, w):
+    """Whether ``e`` reads the container of view ``w`` one element further along the last axis
+    (``_one_further``), and otherwise only at ``w``'s element, both in place."""
+    reads = [(r, placed) for r, placed in _placed_reads(e) if r.ref.container is w.container]
+    return any(placed and _one_further(w, r.ref) for r, placed in reads) and \
+        all(placed and (same_ref(r.ref, w) or _one_further(w, r.ref)) for r, placed in reads)
 
 
 def _apart_in_inner_loop(a, b):

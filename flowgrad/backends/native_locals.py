@@ -8,22 +8,26 @@ from ..ir.core import Assign, same_expr, same_ref, stmt_reads, stmt_writes
 class NestLocals:
     """The temporaries of a fused nest that need no array, for a ``Lowering`` (which gives
     ``space``, ``fresh``, ``reads``: the reads of each container in the whole program,
-    ``returned``, ``tape_views`` and ``carved``)."""
+    ``returned`` and ``tape_views``)."""
 
     def nest_locals(self, group):
         """The containers of ``group``'s nest that need no array, each with the variable holding
-        its element instead: a temporary the nest writes whole, element by element (and may then
+        its element instead (``local_containers``)."""
+        return {c: self.fresh("el") for c in self.local_containers(group)}
+
+    def local_containers(self, group):
+        """The temporaries the nest of ``group`` writes whole, element by element (and may then
         sum into there), and that no statement reads but later members of the nest at the element
         just written (arc_distance's ``g_temp``, the adjoint of the sum its three partial
-        derivatives take)."""
-        out = {}
+        derivatives take): no array holds them, nor is one allocated for them."""
+        out = []
         space = self.space(group)
         for k, s in enumerate(group):
             if not isinstance(s, Assign) or s.accumulate or not s.dst.is_whole():
                 continue
             c = s.dst.container
             if c.kind != "transient" or c in self.returned or c in self.tape_views or c in self.tape_of or \
-                    c.name in self.carved or len(s.dst.shape) != len(space) or \
+                    len(s.dst.shape) != len(space) or \
                     not all(same_expr(a, b) for a, b in zip(s.dst.shape, space)):
                 continue
             reads = [r for t in group[k + 1:] for r in stmt_reads(t) if r.ref.container is c]
@@ -32,5 +36,5 @@ class NestLocals:
                     not all(isinstance(t, Assign) and t.accumulate and same_ref(t.dst, s.dst) for t in sums) or \
                     len(reads) != self.reads[c] or not all(same_ref(r.ref, s.dst) for r in reads):
                 continue
-            out[c] = self.fresh("el")
+            out.append(c)
         return out

@@ -978,6 +978,11 @@ def map_refs(stmts, fn):
     return _RefMapper(fn).block(stmts)
 
 
+def map_expr_refs(e, fn):
+    """Expression ``e`` with every Ref it reads replaced by ``fn(ref)`` (see ``map_refs``)."""
+    return _RefMapper(fn).expr(e)
+
+
 def stmt_containers(s):
     """Containers a simple statement reads or writes: tapes it pushes or pops, and the
     containers the shapes of what it touches read."""
