@@ -103,3 +103,23 @@ def test_a_statement_writing_what_a_sum_one_further_reads_keeps_its_own_nest():
     args = (rng.standard_normal(9), rng.standard_normal(9), 0.7)
     check_forward(shifted_sum_then_written, args, backend=native)
     check_grad(shifted_sum_then_written, args, ("x", "z", "c"), backend=native)
+
+
+def two_sums_one_further(v, w):
+    # the adjoint adds the values' adjoint one element further into both g_V and g_w, each sum
+    # carrying the same adjoint from one element to the next
+    V = v.copy()
+    s = 0.0
+    for i in range(V.shape[0] - 3, -1, -1):
+        V[:i + 2] = 0.26 * V[1:i + 3] + 0.58 * V[:i + 2] + 0.26 * w[1:i + 3]
+        s = s + np.sum(V[:i + 2] * w[:i + 2])
+    return s + 0.1 * np.sum(V * V)
+
+
+@pytest.mark.parametrize("n", [4, 12])
+def test_two_sums_one_further_carry_one_array_each_in_registers_of_their_own(n):
+    rng = np.random.default_rng(n)
+    args = (rng.uniform(0.3, 0.9, n), rng.uniform(0.3, 0.9, n))
+    check_grad(two_sums_one_further, args, ("v", "w"), backend=native)
+    src = flowgrad.grad(two_sums_one_further, wrt=("v", "w"), backend=native).source(*args)
+    assert len(set(re.findall(r"_carry\d+", _nest_with(src, r"_carry\d+ = ") or ""))) == 2, src

@@ -721,7 +721,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
             not isinstance(s, Call) and overwrites(s, g) for s in group[:k])]
         order = first + [s for s in group[:late] if not isinstance(s, Call)] + \
             [s for s in group[:late] if isinstance(s, Call) and all(s is not g for g in first)] + group[late:]
-        regs = {}                     # container -> the register carrying its element (``carried_sum``)
+        regs = {}                     # (sum, container) -> the register carrying its element (``carried_sum``)
         values = {}                   # container -> the source of the element a member wrote of it
         sources = self.carried_containers(group, carried)
 
@@ -733,7 +733,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
             if in_loop and id(s) in further:
                 expr = self.from_slots(expr, further[id(s)], slots, shape)
             if id(s) in carried:
-                self.carried_sum(dst, expr, names, shape, inner, regs, values)
+                self.carried_sum(s, dst, expr, names, shape, inner, regs, values)
             elif isinstance(s, Assign) and s.dst.container in self.locals:
                 self.line(f"{self.locals[s.dst.container]} {'+=' if s.accumulate else '='} "
                           f"{self.elem(expr, names, shape)}", inner)
@@ -769,7 +769,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
                              for line in starts + [f"{name} = {text}" for text, name in loads.items()] +
                              self.register_starts(regs)]
         for s in (s for s in order if id(s) in carried):      # the last element's sums
-            self.carried_sum(*work[id(s)], names, shape, inner - 1, regs, values, at=last)
+            self.carried_sum(s, *work[id(s)], names, shape, inner - 1, regs, values, at=last)
         for s, acc in zip(reductions, accs):      # after the innermost loop
             c = s.outputs[0]
             if id(s) in rows:
