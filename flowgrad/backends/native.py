@@ -666,7 +666,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         memo = {}
         pairs = [(dst, self.hoist(e, self.space(group), ind, memo)) for dst, e in pairs]
         further, carried = self.shifted_members(group)
-        self.locals = self.nest_locals(group)
+        self.locals = {c: self.fresh("el") for c in local}     # (named after the hoisted parts')
         parallel = not reductions and not (further or carried) and self.splits(self.space(group), pairs)
         if rows or leads or further or carried:
             shape = self.space(group)          # rows stay rows: no trailing axes merged
@@ -723,7 +723,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
             [s for s in group[:late] if isinstance(s, Call) and all(s is not g for g in first)] + group[late:]
         regs = {}                     # (sum, container) -> the register carrying its element (``carried_sum``)
         values = {}                   # container -> the source of the element a member wrote of it
-        sources = self.carried_containers(group, carried)
+        sources = self.carried_containers(group, carried, written)
 
         def body(in_loop):
             for s in order:

@@ -7,13 +7,8 @@ from ..ir.core import Assign, same_expr, same_ref, stmt_reads, stmt_writes
 
 class NestLocals:
     """The temporaries of a fused nest that need no array, for a ``Lowering`` (which gives
-    ``space``, ``fresh``, ``reads``: the reads of each container in the whole program,
+    ``space``, ``reads``: the reads of each container in the whole program,
     ``returned`` and ``tape_views``)."""
-
-    def nest_locals(self, group):
-        """The containers of ``group``'s nest that need no array, each with the variable holding
-        its element instead (``local_containers``)."""
-        return {c: self.fresh("el") for c in self.local_containers(group)}
 
     def local_containers(self, group):
         """The temporaries the nest of ``group`` writes whole, element by element (and may then
