@@ -18,9 +18,10 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
               iteration), hoisted factorisations, native gathers and packing, view bounds
     REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
-              backward sweep, keep in the forward sweep what it needs, hoist and share
-              factorisations, save the parts a loop overwrites in one tape entry, order
-              independent loops, then the native and bounds steps over both sweeps
+              backward sweep (its full sums taken once per product they share), keep in the
+              forward sweep what it needs, hoist and share factorisations, save the parts a loop
+              overwrites in one tape entry, order independent loops, then the native and bounds
+              steps over both sweeps
     TANGENT   the tangent program built by ``autodiff.forward`` (and ``autodiff.batch``), such calls
               expanded first
 """
@@ -51,6 +52,7 @@ from .passes.order import fold_into_row_loops, forward_independent_loops, interc
 from .passes.outer import defer_outer_products
 from .passes.pack import pack_strided_views
 from .passes.shifts import constant_shifts
+from .passes.sums import share_sum_products
 from .passes.take import fuse_gathers
 from .passes.transposes import read_gram_rows, share_transposed_products
 from .passes.triangular import triangular_solves
@@ -135,6 +137,7 @@ REVERSE = [
     Step("dce", "backward", _backward_dce),
     Step("fuse", "backward", lambda b, u: fuse_temporaries(b, protected=set(u.outputs))),
     Step("cleared", "backward", lambda b, u: assign_cleared_sums(b)),
+    Step("sums", "backward", lambda b, u: share_sum_products(b, u.containers, u.namer)),
     Step("outer", "backward", lambda b, u: defer_outer_products(b, u.containers, u.namer)),
     Step("dce", "forward", lambda b, u: eliminate_dead(b, u.live)[0]),
     Step("hoist", "forward", lambda b, u: factor_repeated_solves(b, u.sweeps["backward"], u.containers, u.namer),

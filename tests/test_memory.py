@@ -87,6 +87,20 @@ def test_periodic_schedule_reverses_every_iteration_once(T, k):
     assert S.periodic_slots(T, k) == -(-T // k)
 
 
+@pytest.mark.parametrize("kind,T,param", [(S.PERIODIC, 1, 1), (S.PERIODIC, 12, 4), (S.PERIODIC, 100, 7),
+                                           (S.BINOMIAL, 1, 0), (S.BINOMIAL, 37, 3), (S.BINOMIAL, 1000, 10),
+                                           (S.BINOMIAL, 200, 0)])
+def test_a_reversal_is_followed_by_a_restore_or_the_end(kind, T, param):
+    # what a reversal leaves in the loop's state is never read: restores only their own pass
+    # reads are not stored (``autodiff.restores.read_in_pass``)
+    for rows in (S.schedule(kind, T, param), S.schedule_rows(kind, T, param)[0],
+                 S.segment_rows(T, max(1, T // 3), 1, 4, param)[0] if T > 3 else S.schedule(kind, T, param)):
+        ops = [op for op, _, _ in rows.tolist()]
+        for k, op in enumerate(ops):
+            if op == S.REVERSE:
+                assert k + 1 == len(ops) or ops[k + 1] in (S.RESTORE, S.REVERSE), ops[k:k + 3]
+
+
 def _replay_split(rows, nf, at, T):
     """Run a split schedule on positions: check every action starts where the state is, and
     return the iterations reversed (in order) and the iterations run without recording."""

@@ -11,8 +11,8 @@ PolyBench's symm tapes i values per (i, j) that way: its gradient kept 0.6 milli
 """
 from __future__ import annotations
 
-from ..ir.core import (For, If, Index, NewAxis, Read, child_blocks, const_value, iter_reads, same_expr, same_ref,
-                       split_offset, stmt_reads, stmt_writes, walk)
+from ..ir.core import (Const, For, If, Index, NewAxis, Op, Pop, Read, Ref, child_blocks, const_value, difference,
+                       iter_reads, op, same_expr, same_ref, split_offset, stmt_reads, stmt_writes, substitute, walk)
 
 
 def unobserved(backward, is_restore, replayed, inverses):
@@ -167,3 +167,75 @@ def _moving(view, var):
 def _moves(e, var):
     base = split_offset(e)[0]
     return isinstance(base, Read) and base.ref.container is var
+
+
+def read_in_pass(backward):
+    """Mark ``local`` each pop at the top of the body of a top-level loop of ``backward`` whose
+    restored values only the statements after it in the same pass read: the first statement of the
+    body touching its container, the only one writing it, restoring a view each next pass's
+    restore covers (``V[0:i + 1]`` where the passes count ``i`` up), of a container nothing after
+    the loop reads. The next pass then restores all that this one did before reading any of it,
+    and the views no pass restores hold what they held before the loop. A checkpointed loop
+    (``checkpoint.loops``) reverses it a segment at a time, and each of its schedules restores the
+    state from a snapshot after a segment's reversal before running or saving it
+    (``checkpoint.schedules``), so what a reversal leaves in the container is never read there
+    either. binomial_option's adjoint step reads the values it restores, and the next step's
+    restore covers them: storing them cost a tenth of its gradient."""
+    for k, loop in enumerate(backward):
+        if not isinstance(loop, For):
+            continue
+        step = const_value(loop.step)
+        if not step:
+            continue
+        after = {r.ref.container for s in walk(backward[k + 1:]) for r in stmt_reads(s)}
+        after |= {r.ref.container for e in (loop.start, loop.stop, loop.step) for r in iter_reads(e)}
+        d = -step if loop.reverse else step         # the variable's change from one pass to the next
+        written = {}
+        for s in walk(loop.body):
+            for w in stmt_writes(s):
+                written.setdefault(w.container, []).append(s)
+        for n, pop in enumerate(loop.body):
+            x = pop.ref.container if isinstance(pop, Pop) else None
+            if x is None or x in after or written[x] != [pop] or \
+                    any(_touches(s, x) for s in loop.body[:n]) or \
+                    any(r.ref.container in written for ie in pop.ref.index_exprs() for r in iter_reads(ie)
+                        if r.ref.container is not loop.var):
+                continue
+            pop.local = all(_covered(it, loop.var, d) for it in pop.ref.items)
+
+
+def _touches(s, c):
+    return any(r.ref.container is c for t in walk([s]) for r in stmt_reads(t)) or \
+        any(w.container is c for t in walk([s]) for w in stmt_writes(t))
+
+
+def _covered(it, var, d):
+    """Whether the positions ``it`` takes along its axis when ``var`` is ``v`` are among those it
+    takes when ``var`` is ``v + d``."""
+    if isinstance(it, NewAxis):
+        return True
+    if isinstance(it, Index):
+        return not _reads(it.at, var)
+    step = const_value(it.step)
+    if step != 1:
+        return not any(_reads(e, var) for e in (it.start, it.size, it.step))
+    end = op("add", it.start, it.size)
+    return _monotone(it.start, var, d, -1) and _monotone(end, var, d, 1)
+
+
+def _monotone(e, var, d, sign):
+    """Whether integer expression ``e`` moves in direction ``sign`` or not at all (``-1``: never
+    up) when ``var`` moves by ``d``."""
+    if not _reads(e, var):
+        return True
+    later = substitute(e, var, op("add", Read(Ref(var, ())), Const(d)))
+    diff = difference(later, e)
+    if diff is not None:
+        return diff * sign >= 0
+    if isinstance(e, Op) and e.name in ("maximum", "minimum", "add"):
+        return all(_monotone(a, var, d, sign) for a in e.args)
+    return False
+
+
+def _reads(e, var):
+    return any(r.ref.container is var for r in iter_reads(e))

@@ -21,7 +21,7 @@ from ..checkpoint import loops as loop_ckpt
 from ..ir.elements import ELEMENTS
 from ..checkpoint.schedules import STORE_ALL
 from .replays import previous_pass_restores, replay_definitions
-from .restores import unobserved
+from .restores import read_in_pass, unobserved
 from .rules import CALLS, PARTIALS, ZERO_DERIVATIVE, expand_formulas
 
 
@@ -753,6 +753,7 @@ def build_reverse(prog: Program, wrt, namer, loop_plan=None, uncompute=False) ->
         return Pop(tape, r.ref, getattr(r.stmt, "loc", None))
 
     backward = _walk_with_backward(backward, keep)
+    read_in_pass(backward)
     forward = _instrument_forward(prog.body, pushes, b.counters)
     containers = dict(prog.containers)
     containers[cotangent.name] = cotangent

@@ -104,6 +104,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         self.reads = Counter(r.ref.container for s in walk(body) for r in stmt_reads(s))
         self.returned = set()       # containers handed to the caller (see ``_prologue``)
         self.locals = {}            # while a fused nest is emitted: containers it holds an element of in a variable
+        self.rest = []              # while a fused nest is emitted: the statements after it in its block
         self.threads = self.parallel_mode(body)     # "off", "on" or the work a nest needs per thread
         self.loc = None             # the user's line of the statement being lowered
         self.sites = []             # user lines of the index checks, by the number each raises
@@ -414,6 +415,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
             if len(group) > 1:
                 for s in before:
                     self.stmt(s, ind)
+                self.rest = later + stmts[k + len(before) + len(group) + len(later):]
                 self.fused(group, ind)
                 for s in later:
                     self.stmt(s, ind)
@@ -666,9 +668,10 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         memo = {}
         pairs = [(dst, self.hoist(e, self.space(group), ind, memo)) for dst, e in pairs]
         further, carried = self.shifted_members(group)
+        unstored = self.unstored_pops(group, further)
         self.locals = {c: self.fresh("el") for c in local}     # (named after the hoisted parts')
-        parallel = not reductions and not (further or carried) and self.splits(self.space(group), pairs)
-        if rows or leads or further or carried:
+        parallel = not reductions and not (further or carried or unstored) and self.splits(self.space(group), pairs)
+        if rows or leads or further or carried or unstored:
             shape = self.space(group)          # rows stay rows: no trailing axes merged
         else:
             pairs, shape = self.collapse(pairs, self.space(group), ind)
@@ -732,6 +735,8 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         def member(s, dst, expr, in_loop):
             if in_loop and id(s) in further:
                 expr = self.from_slots(expr, further[id(s)], slots, shape)
+            if unstored and expr is not None:
+                expr = self.at_slots(expr, unstored, slots, shape)
             if id(s) in carried:
                 self.carried_sum(s, dst, expr, names, shape, inner, regs, values)
             elif isinstance(s, Assign) and s.dst.container in self.locals:
@@ -746,7 +751,8 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
                 self.line(f"{slots[id(s)]}[{', '.join(names)}] = {self.elem(expr, names, shape)}", inner)
             elif isinstance(s, Pop):
                 values[s.ref.container] = f"{slots[id(s)]}[{', '.join(names)}]"
-                self.line(f"{self.read(dst, names, shape)} = {values[s.ref.container]}", inner)
+                if s not in unstored:
+                    self.line(f"{self.read(dst, names, shape)} = {values[s.ref.container]}", inner)
             elif isinstance(s, Assign):
                 target = self.read(dst, names, shape)
                 self.line(f"{target} {'+=' if s.accumulate else '='} {self.elem(expr, names, shape)}", inner)
@@ -769,7 +775,9 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
                              for line in starts + [f"{name} = {text}" for text, name in loads.items()] +
                              self.register_starts(regs)]
         for s in (s for s in order if id(s) in carried):      # the last element's sums
-            self.carried_sum(s, *work[id(s)], names, shape, inner - 1, regs, values, at=last)
+            dst, expr = work[id(s)]
+            expr = self.at_slots(expr, unstored, slots, shape) if unstored else expr
+            self.carried_sum(s, dst, expr, names, shape, inner - 1, regs, values, at=last)
         for s, acc in zip(reductions, accs):      # after the innermost loop
             c = s.outputs[0]
             if id(s) in rows:

@@ -7,7 +7,7 @@ scales its adjoint and adds it one element further: one pass instead of three (i
 from __future__ import annotations
 
 from ..ir.core import (Assign, Call, Container, Pop, Ref, Slice, const_value, iter_reads, map_expr_refs, op, same_ref,
-                       stmt_writes)
+                       stmt_reads, stmt_writes, walk)
 from .native_calls import _scalar_type
 from .native_deps import _element_parts, _one_further, _placed_reads, _read_further
 
@@ -120,6 +120,42 @@ class ShiftedMembers:
         def to_slot(r):
             hit = views.get(r.container)
             return hit[1] if hit is not None and _one_further(hit[0], r) else r
+        return map_expr_refs(e, to_slot)
+
+    def unstored_pops(self, group, further):
+        """The pops of ``group`` that need not store what they restore: each ``local`` (only the
+        statements after it in its pass read it: ``autodiff.restores.read_in_pass``), with no
+        statement after the nest in its block reading the container, and every member reading it
+        after the pop and only at the pop's view (``at_slots``) or one element further, from the
+        tape (``reads_further``). binomial_option's adjoint step then restores nothing into ``V``
+        (5.5 -> 4.9 ms)."""
+        out = []
+        for k, pop in enumerate(group):
+            x = pop.ref.container if isinstance(pop, Pop) and pop.local else None
+            if x is None or any(r.ref.container is x for t in walk(self.rest) for r in stmt_reads(t)):
+                continue
+            ok = True
+            for j, s in enumerate(group):
+                e = _member_expr(s) if s is not pop else None
+                reads = [r for r in stmt_reads(s) if r.ref.container is x]
+                served = [r for r, placed in _placed_reads(e) if r.ref.container is x and placed and (
+                    same_ref(r.ref, pop.ref) or pop in further.get(id(s), ()) and _one_further(pop.ref, r.ref))] \
+                    if e is not None else []
+                ok = ok and len(served) == len(reads) and (not reads or j > k) and (s is pop or not _writes(s, x))
+            if ok:
+                out.append(pop)
+        return out
+
+    @staticmethod
+    def at_slots(e, pops, slots, shape):
+        """``e`` reading, where it reads what one of ``pops`` restores at the nest's element, that
+        element in the part of the tape the pop takes (``slots``, shaped as the nest)."""
+        views = {pop.ref.container: (pop.ref, Ref(Container(slots[id(pop)], pop.ref.container.dtype, tuple(shape)),
+                                                   [Slice(0, d) for d in shape])) for pop in pops}
+
+        def to_slot(r):
+            hit = views.get(r.container)
+            return hit[1] if hit is not None and same_ref(hit[0], r) else r
         return map_expr_refs(e, to_slot)
 
     def carried_sum(self, s, dst, expr, names, shape, ind, regs, values, at=None):

@@ -8,6 +8,10 @@ slot 0. It is a list of actions, each a row ``(op, a, b)``:
 - RECORD a b: run iterations a..b-1 pushing what their adjoints need;
 - REVERSE a b: run the adjoints of iterations b-1..a (popping what RECORD pushed).
 
+Every REVERSE is followed by a RESTORE (or another REVERSE, or the schedule's end): what a
+reversal leaves in the state is never read, so a restore only its own pass reads need not be
+stored (``autodiff.restores.read_in_pass``).
+
 Periodic(k) keeps ceil(T/k) snapshots and the tape of k iterations (memory ~ sqrt(T) for
 k ~ sqrt(T)); binomial(c) keeps c snapshots and one iteration's tape, with the minimal number
 of extra iterations for that many snapshots (Griewank's revolve bound), so memory ~ log T.
