@@ -170,11 +170,11 @@ def _moves(e, var):
 
 
 def read_in_pass(backward):
-    """Mark ``local`` each pop at the top of the body of a top-level loop of ``backward`` whose
-    restored values only the statements after it in the same pass read: the first statement of the
-    body touching its container, the only one writing it, restoring a view each next pass's
-    restore covers (``V[0:i + 1]`` where the passes count ``i`` up), of a container nothing after
-    the loop reads. The next pass then restores all that this one did before reading any of it,
+    """Mark ``local`` (with the loop's variable) each pop at the top of the body of a top-level
+    loop of ``backward`` whose restored values only the statements after it in the same pass
+    read: the first statement of the body touching its container, the only one writing it,
+    restoring a view each next pass's restore covers (``V[0:i + 1]`` where the passes count ``i``
+    up), of a container nothing after the loop reads. The next pass then restores all that this one did before reading any of it,
     and the views no pass restores hold what they held before the loop. A checkpointed loop
     (``checkpoint.loops``) reverses it a segment at a time, and each of its schedules restores the
     state from a snapshot after a segment's reversal before running or saving it
@@ -201,7 +201,8 @@ def read_in_pass(backward):
                     any(r.ref.container in written for ie in pop.ref.index_exprs() for r in iter_reads(ie)
                         if r.ref.container is not loop.var):
                 continue
-            pop.local = all(_covered(it, loop.var, d) for it in pop.ref.items)
+            if all(_covered(it, loop.var, d) for it in pop.ref.items):
+                pop.local = loop.var
 
 
 def _touches(s, c):

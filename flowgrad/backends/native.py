@@ -105,6 +105,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         self.returned = set()       # containers handed to the caller (see ``_prologue``)
         self.locals = {}            # while a fused nest is emitted: containers it holds an element of in a variable
         self.rest = []              # while a fused nest is emitted: the statements after it in its block
+        self.owners = []            # the statements whose blocks are being lowered, innermost last
         self.threads = self.parallel_mode(body)     # "off", "on" or the work a nest needs per thread
         self.loc = None             # the user's line of the statement being lowered
         self.sites = []             # user lines of the index checks, by the number each raises
@@ -798,6 +799,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
             CALL_LOWERING[s.op](self, s, ind)
         elif isinstance(s, (For, While, If)):
             self.nesting += 1
+            self.owners.append(s)
             if isinstance(s, For):
                 self.for_loop(s, ind)
             elif isinstance(s, While):
@@ -809,6 +811,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
                 if s.orelse:
                     self.line("else:", ind)
                     self.block(s.orelse, ind + 1)
+            self.owners.pop()
             self.nesting -= 1
         elif isinstance(s, Push):
             self.push(s, ind)

@@ -750,13 +750,14 @@ class Push(Stmt):
 
 
 class Pop(Stmt):
-    """Restore ``ref`` from the last entry of ``tape``. ``local``: only the statements after it in
-    its own block read what it restores (``autodiff.restores.read_in_pass``), so a backend that
-    serves those reads from the tape need not store the values."""
+    """Restore ``ref`` from the last entry of ``tape``. ``local``: None, or the variable of the
+    loop at the top of whose body it stands where only the statements after it in the same pass
+    read what it restores (``autodiff.restores.read_in_pass``): a backend serving those reads from
+    the tape need not store the values."""
 
     __slots__ = ("tape", "ref", "loc", "local")
 
-    def __init__(self, tape: Container, ref: Ref, loc=None, local=False):
+    def __init__(self, tape: Container, ref: Ref, loc=None, local=None):
         self.tape, self.ref, self.loc, self.local = tape, ref, loc, local
 
 

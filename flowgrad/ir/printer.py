@@ -72,7 +72,7 @@ def stmt_lines(s, indent=""):
     elif isinstance(s, Push):
         yield f"{indent}push {s.tape.name} <- {ref_text(s.ref)}"
     elif isinstance(s, Pop):
-        yield f"{indent}pop {s.tape.name} -> {ref_text(s.ref)}" + (" (read in its pass only)" if s.local else "")
+        yield f"{indent}pop {s.tape.name} -> {ref_text(s.ref)}" + (" (read in its pass only)" if s.local is not None else "")
     else:
         yield f"{indent}{s!r}"
 
