@@ -37,15 +37,19 @@ def share_sum_products(stmts, containers, namer):
         s = out[first]
         if not _full_sum(s):
             continue
-        group = [(first, _terms(s.inputs[0], s.attrs["full"]))]
+        full, dtype = s.attrs["full"], s.outputs[0].dtype
+        group = [(first, _terms(s.inputs[0], full, dtype))]
         if group[0][1] is None:
             continue
         written = {s.outputs[0]}
+        space = {r.ref.container for d in full for r in iter_reads(d)}
         for k in range(first + 1, len(out)):
             t = out[k]
+            if space & written:
+                break
             if _full_sum(t) and _same_space(t, s) and \
                     not {r.ref.container for r in iter_reads(t.inputs[0])} & written:
-                terms = _terms(t.inputs[0], s.attrs["full"])
+                terms = _terms(t.inputs[0], full, dtype)
                 if terms is not None:
                     group.append((k, terms))
             written |= {w.container for v in walk([t]) for w in stmt_writes(v)}
@@ -56,17 +60,15 @@ def share_sum_products(stmts, containers, namer):
                     cores.append(core)
         if len(cores) > len(group) or len(cores) >= sum(len(terms) for _, terms in group):
             continue
-        dtype = s.outputs[0].dtype
         sums = [containers.setdefault(n, _scalar(n, dtype)) for n in (namer("gsum") for _ in cores)]
-        made = [Call("sum_to", [_product(c)], [t], {"shape": (), "full": s.attrs["full"]})
-                for c, t in zip(cores, sums)]
+        made = [Call("sum_to", [_product(c)], [t], {"shape": (), "full": full}, s.loc) for c, t in zip(cores, sums)]
         for k, terms in group:
             combo = None
             for coef, core in terms:
                 j = next(j for j, c in enumerate(cores) if _same_factors(core, c))
                 term = Read(Ref(sums[j], ())) if coef is None else op("multiply", coef, Read(Ref(sums[j], ())))
                 combo = term if combo is None else op("add", combo, term)
-            out[k] = Assign(Ref(out[k].outputs[0], ()), combo)
+            out[k] = Assign(Ref(out[k].outputs[0], ()), combo, loc=out[k].loc)
         out[first:first] = made
         first += len(made)
     return out
@@ -86,16 +88,18 @@ def _same_space(a, b):
     return len(fa) == len(fb) and all(same_expr(x, y) for x, y in zip(fa, fb))
 
 
-def _terms(e, full):
+def _terms(e, full, dtype):
     """``[(coefficient, factors)]`` with ``e`` the sum of ``coefficient * product(factors)`` (a
-    coefficient ``None`` is one), each product spanning ``full``; None where ``e`` has more than
-    ``MAX_TERMS`` of them or a product does not span ``full``."""
+    coefficient ``None`` is one), each product of ``dtype`` spanning ``full``; None where ``e``
+    has more than ``MAX_TERMS`` of them or a product does not span ``full`` or takes another dtype
+    (a product of integer arrays)."""
     terms = _split(e)
     if terms is None or len(terms) > MAX_TERMS:
         terms = [(None, [e])]
     for _, factors in terms:
-        shape = _product(factors).shape
-        if not factors or len(shape) != len(full) or not all(same_expr(x, y) for x, y in zip(shape, full)):
+        product = _product(factors)
+        if len(product.shape) != len(full) or not all(same_expr(x, y) for x, y in zip(product.shape, full)) or \
+                product.dtype != dtype:
             return None
     return terms
 
