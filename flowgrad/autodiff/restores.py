@@ -12,7 +12,8 @@ PolyBench's symm tapes i values per (i, j) that way: its gradient kept 0.6 milli
 from __future__ import annotations
 
 from ..ir.core import (Const, For, If, Index, NewAxis, Op, Pop, Read, Ref, child_blocks, const_value, difference,
-                       iter_reads, op, same_expr, same_ref, split_offset, stmt_reads, stmt_writes, substitute, walk)
+                       iter_reads, op, same_expr, same_ref, split_offset, stmt_reads, stmt_writes, substitute, touches,
+                       walk)
 
 
 def unobserved(backward, is_restore, replayed, inverses):
@@ -174,8 +175,9 @@ def read_in_pass(backward):
     loop of ``backward`` whose restored values only the statements after it in the same pass
     read: the first statement of the body touching its container, the only one writing it,
     restoring a view each next pass's restore covers (``V[0:i + 1]`` where the passes count ``i``
-    up), of a container nothing after the loop reads. The next pass then restores all that this one did before reading any of it,
-    and the views no pass restores hold what they held before the loop. A checkpointed loop
+    up), of a container nothing after the loop reads. The next pass then restores all that this
+    one did before reading any of it, and the views no pass restores hold what they held before
+    the loop. A checkpointed loop
     (``checkpoint.loops``) reverses it a segment at a time, and each of its schedules restores the
     state from a snapshot after a segment's reversal before running or saving it
     (``checkpoint.schedules``), so what a reversal leaves in the container is never read there
@@ -197,17 +199,12 @@ def read_in_pass(backward):
         for n, pop in enumerate(loop.body):
             x = pop.ref.container if isinstance(pop, Pop) else None
             if x is None or x in after or written[x] != [pop] or \
-                    any(_touches(s, x) for s in loop.body[:n]) or \
+                    any(touches(s, x) for s in loop.body[:n]) or \
                     any(r.ref.container in written for ie in pop.ref.index_exprs() for r in iter_reads(ie)
                         if r.ref.container is not loop.var):
                 continue
             if all(_covered(it, loop.var, d) for it in pop.ref.items):
                 pop.local = loop.var
-
-
-def _touches(s, c):
-    return any(r.ref.container is c for t in walk([s]) for r in stmt_reads(t)) or \
-        any(w.container is c for t in walk([s]) for w in stmt_writes(t))
 
 
 def _covered(it, var, d):

@@ -16,7 +16,7 @@ from ..errors import UnsupportedError
 from ..ir.core import (I64, Assign, Call, Const, Container, For, If, Index, NewAxis, Op, Pop, Program,
                        Push, Read, Ref, Slice, While, apart, broadcast_shapes, child_blocks, const_value, data_reads,
                        difference, distinct, is_inexact, iter_reads, loop_range, map_blocks, op, same_expr, same_ref,
-                       scalar, stmt_reads, stmt_writes, walk)
+                       scalar, stmt_reads, stmt_writes, touches, walk)
 from ..checkpoint import loops as loop_ckpt
 from ..ir.elements import ELEMENTS
 from ..checkpoint.schedules import STORE_ALL
@@ -865,7 +865,7 @@ def _sink_zero_inits(stmts):
             c = s.dst.container
             for j in range(k + 1, len(out)):
                 t = out[j]
-                if isinstance(t, For) and _touches(t, c):
+                if isinstance(t, For) and touches(t, c):
                     axis = _owned_axis(t, c)
                     if axis is not None:
                         items = [Index(scalar(t.var)) if a == axis else Slice(0, d, 1)
@@ -875,15 +875,10 @@ def _sink_zero_inits(stmts):
                         del out[k]
                         k -= 1
                     break
-                if _touches(t, c):
+                if touches(t, c):
                     break
         k += 1
     return out
-
-
-def _touches(s, c):
-    return any(r.ref.container is c for u in walk([s]) for r in stmt_reads(u)) or \
-        any(w.container is c for u in walk([s]) for w in stmt_writes(u))
 
 
 def _owned_axis(loop, c):
@@ -951,7 +946,7 @@ def _rotate_zero_resets(stmts, reads, zero_at_top=frozenset()):
 
         def before(c):
             """Index of the last statement before the loop touching ``c``, and whether ``c`` is zero there."""
-            p = next((i for i in range(k - 1, -1, -1) if _touches(out[i], c)), None)
+            p = next((i for i in range(k - 1, -1, -1) if touches(out[i], c)), None)
             return p, (c in zero_at_top if p is None else _is_zero_fill(out[p], c))
 
         cleared = {t.dst.container for t in walk(loop.body) if _is_zero_fill(t)}
@@ -962,7 +957,7 @@ def _rotate_zero_resets(stmts, reads, zero_at_top=frozenset()):
             if not _is_zero_fill(body[j]):
                 continue
             c = body[j].dst.container
-            if c not in inner or any(_touches(t, c) for t in body[j + 1:]) or \
+            if c not in inner or any(touches(t, c) for t in body[j + 1:]) or \
                     inside.get(c, 0) != reads.get(c, 0):     # read after the loop
                 continue
             del body[j]
@@ -1025,7 +1020,7 @@ def _halves(a, b):
 
 def _leaves_zero(body, c):
     """Whether a loop body that starts with ``c`` zero ends with it zero."""
-    touching = [i for i, t in enumerate(body) if _touches(t, c)]
+    touching = [i for i, t in enumerate(body) if touches(t, c)]
     if not touching:
         return True
     last = body[touching[-1]]

@@ -96,7 +96,6 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         self.outputs = []           # (dtype, ndim, position) of each fixed-shape array handed over
         self.carved = {}            # array of run-time shape -> the workspace buffer it is carved from
         self.reserved = set()       # tapes with room reserved for every push of the enclosing loop
-        self.nesting = 0            # loops and branches around the statement being lowered
         self.ranges = {}            # variable -> ``loop_range`` of the loops around it
         self.once = {}              # values computed by statements that run once per call (see nn_ops)
         self.parallel = False       # whether some loop nest runs its outer loop over threads
@@ -105,7 +104,7 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         self.returned = set()       # containers handed to the caller (see ``_prologue``)
         self.locals = {}            # while a fused nest is emitted: containers it holds an element of in a variable
         self.rest = []              # while a fused nest is emitted: the statements after it in its block
-        self.owners = []            # the statements whose blocks are being lowered, innermost last
+        self.owners = []            # the loops and branches around the statement being lowered, innermost last
         self.threads = self.parallel_mode(body)     # "off", "on" or the work a nest needs per thread
         self.loc = None             # the user's line of the statement being lowered
         self.sites = []             # user lines of the index checks, by the number each raises
@@ -397,6 +396,11 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         return text
 
     # ------------------------------------------------------------ statements
+
+    @property
+    def nesting(self):
+        """How many loops and branches are around the statement being lowered."""
+        return len(self.owners)
 
     def block(self, stmts, ind, boundary=None):
         """Lower ``stmts``; ``boundary``: ``(n, emit)``, ``emit()`` called once the first ``n``
@@ -798,7 +802,6 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
         elif isinstance(s, Call):
             CALL_LOWERING[s.op](self, s, ind)
         elif isinstance(s, (For, While, If)):
-            self.nesting += 1
             self.owners.append(s)
             if isinstance(s, For):
                 self.for_loop(s, ind)
@@ -812,7 +815,6 @@ class Lowering(ParallelNests, CollapsedNests, NestLocals, TapeTraffic, ShiftedMe
                     self.line("else:", ind)
                     self.block(s.orelse, ind + 1)
             self.owners.pop()
-            self.nesting -= 1
         elif isinstance(s, Push):
             self.push(s, ind)
         elif isinstance(s, Pop):

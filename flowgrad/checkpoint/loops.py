@@ -16,7 +16,7 @@ state at the start of the reversed segment.
 from __future__ import annotations
 
 from ..ir.core import (BOOL, I64, Assign, Call, Const, Container, For, If, Index, Pop, Push, Read, Ref, Slice, While,
-                       child_blocks, iter_reads, map_blocks, op, scalar, stmt_reads, stmt_writes, walk)
+                       child_blocks, iter_reads, map_blocks, op, scalar, stmt_reads, stmt_writes, touches, walk)
 from . import schedules as S
 
 
@@ -88,8 +88,8 @@ def _defined_first(body, c):
     """Whether each iteration writes ``c`` whole before anything reads it (a container only a
     nested loop touches counts when each of that loop's iterations does so)."""
     for k, s in enumerate(body):
-        if isinstance(s, (For, While)) and _touches(s, c):
-            return not any(_touches(t, c) for t in body[:k] + body[k + 1:]) and _defined_first(s.body, c)
+        if isinstance(s, (For, While)) and touches(s, c):
+            return not any(touches(t, c) for t in body[:k] + body[k + 1:]) and _defined_first(s.body, c)
         reads = {r.ref.container for t in walk([s]) for r in stmt_reads(t)}
         writes_whole = (isinstance(s, Assign) and s.dst.container is c and s.dst.is_whole()
                         and not s.accumulate) or (isinstance(s, Call) and c in s.outputs
@@ -99,11 +99,6 @@ def _defined_first(body, c):
         if c in reads or any(r.container is c for t in walk([s]) for r in stmt_writes(t)):
             return False
     return False
-
-
-def _touches(s, c):
-    return any(r.ref.container is c for t in walk([s]) for r in stmt_reads(t)) or \
-        any(w.container is c for t in walk([s]) for w in stmt_writes(t))
 
 
 def _inplace(call):

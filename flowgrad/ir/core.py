@@ -849,6 +849,12 @@ def stmt_writes(s):
     return ()
 
 
+def touches(s, c):
+    """Whether statement ``s`` (nested blocks included) reads or writes container ``c``."""
+    return any(r.ref.container is c for t in walk([s]) for r in stmt_reads(t)) or \
+        any(w.container is c for t in walk([s]) for w in stmt_writes(t))
+
+
 # Calls that update their output in place (``y[idx] = v``) rather than overwrite it: they read
 # it too. Filled from the rule table (``CallRule.inplace`` in autodiff.rules), where each op is
 # declared once.

@@ -22,7 +22,7 @@ built.
 from __future__ import annotations
 
 from ..ir.boxes import disjoint, inside, region as _region, volume
-from ..ir.core import Assign, For, const_value, iter_reads, map_blocks, stmt_reads, stmt_writes, walk
+from ..ir.core import Assign, For, const_value, iter_reads, map_blocks, stmt_reads, stmt_writes, touches, walk
 
 
 def assign_cleared_sums(stmts):
@@ -45,7 +45,7 @@ def _written_after_clearing(block):
         clear = block[z]
         x = clear.dst.container if _zero_fill(clear) else None
         region = _region(clear.dst) if x is not None else None
-        first = next((k for k in range(z + 1, len(block)) if _touches(block[k], x)), None) if region else None
+        first = next((k for k in range(z + 1, len(block)) if touches(block[k], x)), None) if region else None
         sums = _covering(block, first, len(block), x, region) if first is not None else None
         if sums:
             block = [Assign(s.dst, s.expr, False, s.loc) if k in sums else s
@@ -53,11 +53,6 @@ def _written_after_clearing(block):
             continue
         z += 1
     return block
-
-
-def _touches(s, c):
-    return any(w.container is c for v in walk([s]) for w in stmt_writes(v)) or \
-        any(r.ref.container is c for v in walk([s]) for r in stmt_reads(v))
 
 
 def _zero_fill(s):
@@ -96,9 +91,9 @@ def _rewrite(loop, before):
             continue
         x = clear.dst.container
         region = _region(clear.dst)
-        if region is None or any(_touches(s, x) for s in body[z + 1:]):
+        if region is None or any(touches(s, x) for s in body[z + 1:]):
             continue
-        first = next(k for k, s in enumerate(body) if _touches(s, x))
+        first = next(k for k, s in enumerate(body) if touches(s, x))
         sums = _covering(body, first, z, x, region)
         if not sums or not _zero_before(before, x, region):
             continue
@@ -111,7 +106,7 @@ def _zero_before(before, x, region):
     """Whether the statements before the loop leave ``region`` of ``x`` zero: the last of them
     touching ``x`` fills a view holding the region with zeros."""
     for s in reversed(before):
-        if not _touches(s, x):
+        if not touches(s, x):
             continue
         if not _zero_fill(s) or s.dst.container is not x:
             return False
