@@ -156,6 +156,7 @@ class _Compiled:
         self.options = (loop_kinds, uncompute, implicit_while, recompute)
         self.ckpt_vars = sorted(loop_kinds or {})
         self._zero_d = None         # the positions of the inputs that are 0-d arrays (``call_args``)
+        self._int_slots = None      # the positions of the 0-d inputs, and whether integer (``plan_ints``)
         key = None if hasattr(fn, "_flowgrad_capture") else _program_key(cap, backend, mode, wrt_spec, self.options)
         self.program_key = key      # where its generated source is kept on disk (None: not kept)
         stored = native_kernel.load_program(key) if key else None
@@ -294,6 +295,18 @@ class _Compiled:
             values += [int((ckpt_values or {})[v]) for v in self.ckpt_vars]
         return values
 
+    def plan_ints(self, args):
+        """The integer scalar arguments (trip counts, sizes) a memory plan depends on."""
+        if self._int_slots is None:
+            self._int_slots = [(k, c.dtype.kind in "iu") for k, c in enumerate(self.cap.params) if c.ndim == 0]
+        values = self.cap.inputs(args)
+        ints = []
+        for k, integer in self._int_slots:
+            v = int(values[k]) if integer else values[k]
+            if isinstance(v, int):
+                ints.append(v)
+        return tuple(ints)
+
     def arg_env(self, args):
         """Argument containers -> values, for evaluating trip counts and sizes."""
         values = self.cap.inputs(args)
@@ -339,12 +352,14 @@ def _native_vjp(grad_fn, cotangent):
     together for a given cotangent. A scalar result's pullback is linear in the cotangent, so one
     call with cotangent 1 serves every pullback. A scalar's gradient comes as a number, an
     array's as an array."""
+    scalar, complex_ = cotangent.ndim == 0, cotangent.dtype.kind == "c"
+
     def vjp_fn(*args):
-        if cotangent.ndim == 0 and cotangent.dtype.kind == "c":
+        if scalar and complex_:
             # the pullback of a complex result is linear over the reals only: one call per cotangent
             result, _ = grad_fn(*args, 0j)
             return result, lambda ct: tuple(grad_fn(*args, complex(ct))[1])
-        if cotangent.ndim == 0:
+        if scalar:
             result, grads = grad_fn(*args, 1.0)
             kept = [grads]
 
@@ -416,7 +431,7 @@ class _Transform:
         self._wrt = None            # ``resolve_wrt``'s answer, once found
         self.wrt_given = wrt
         self.cache = {}
-        self.plans = {}             # memory plans by signature and integer arguments
+        self.plans = {}             # (entry, checkpoint parameters, plan) by signature and integer arguments
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__signature__ = self.signature      # a transform taking this one sees fn's arguments
@@ -488,22 +503,25 @@ class _Transform:
         if self.mode == "forward" or self.strategy == "store_all" or \
                 self.strategy == "fastest" and self.backend != "native":
             return entry, {}, None      # (the NumPy backend's iterations cost more run again than stored)
-        env = entry.arg_env(args)
-        # a plan depends on the signature and on the integer arguments (trip counts, sizes)
-        plan_key = (id(entry), tuple(v for c, v in env.items() if c.ndim == 0 and isinstance(v, int)))
-        plan = self.plans.get(plan_key)
-        if plan is None:
-            plan = self.plans[plan_key] = self._plan(entry, env, plan_key[1])
-        kinds = {var: kind for var, kind in plan.key() if kind != 0}
-        if not kinds and not plan.recompute:
-            return entry, {}, plan
-        key = (self.cache_key(args), tuple(sorted(kinds.items())), plan.recompute)
-        variant = self.cache.get(key)
-        if variant is None:
-            variant = _Compiled(self.fn, args, self.wrt_names(args)[0], self.backend, self.mode, kinds,
-                                self.allow_uncompute, self.implicit_while, plan.recompute)
-            self.cache[key] = variant
-        return variant, plan.params(), plan
+        # a plan depends on the signature and on the integer arguments (trip counts, sizes); the
+        # answer for them is kept, so that a call repeating them looks it up (``drop_stale`` forgets it)
+        plan_key = (id(entry), entry.plan_ints(args))
+        chosen = self.plans.get(plan_key)
+        if chosen is None:
+            plan = self._plan(entry, entry.arg_env(args), plan_key[1])
+            kinds = {var: kind for var, kind in plan.key() if kind != 0}
+            if not kinds and not plan.recompute:
+                chosen = (entry, {}, plan)
+            else:
+                key = (self.cache_key(args), tuple(sorted(kinds.items())), plan.recompute)
+                variant = self.cache.get(key)
+                if variant is None:
+                    variant = _Compiled(self.fn, args, self.wrt_names(args)[0], self.backend, self.mode, kinds,
+                                        self.allow_uncompute, self.implicit_while, plan.recompute)
+                    self.cache[key] = variant
+                chosen = (variant, plan.params(), plan)
+            self.plans[plan_key] = chosen
+        return chosen
 
     def _plan(self, entry, env, ints):
         """The plan for a call whose integer arguments are ``ints``. The ``"fastest"`` strategy's
@@ -554,7 +572,8 @@ class _Transform:
         for key, entry in list(self.cache.items()):
             if not entry.cap.current():
                 del self.cache[key]
-        self.plans = {k: v for k, v in self.plans.items() if any(id(e) == k[0] for e in self.cache.values())}
+        kept = {id(e) for e in self.cache.values()}
+        self.plans = {k: v for k, v in self.plans.items() if k[0] in kept and id(v[0]) in kept}
 
     def wait(self):
         """Block until the native code compiling in other processes for this transform's calls so
@@ -631,7 +650,10 @@ def _run_vjp(entry, args, ckpt_values=None):
 def _overlaps(g, arrays, k):
     """Whether array ``g`` may share memory with any of the arrays among ``arrays[:k]``."""
     for i in range(k):
-        if isinstance(arrays[i], np.ndarray) and np.may_share_memory(g, arrays[i]):
+        a = arrays[i]
+        if isinstance(a, np.ndarray) and a is not g and g.base is None and a.base is None and g.size and a.size:
+            continue                # two arrays each owning its memory (the common case, told at a glance)
+        if isinstance(a, np.ndarray) and np.may_share_memory(g, a):
             return True
     return False
 

@@ -87,6 +87,7 @@ class Kernel:
         self.out_types = out_types
         self.pool = []
         self.spare = [[] for _ in out_types]
+        self.outputs = range(len(out_types))
         self.serial = serial        # loads the one-thread version, until the first call compiled
         self.source = source        # (generated source, its path in the cache)
         self.deferrable = False     # the first call may compile in another process (``Deferred``)
@@ -149,7 +150,7 @@ class Kernel:
 
     def _offer(self, k):
         bufs = self.spare[k]
-        for i in range(len(bufs)):
+        for i in range(len(bufs) - 1, -1, -1):      # the latest first: a caller dropping each gets it hot
             if _unheld(bufs[i]):
                 return bufs.pop(i)
         dt, nd, _ = self.out_types[k]
@@ -171,7 +172,7 @@ class Kernel:
         if first:
             self._prepare(args)
         ws = self.pool.pop() if self.pool else self._workspace()
-        args = args + (ws, tuple([self._offer(k) for k in range(len(self.out_types))]))
+        args = args + (ws, tuple([self._offer(k) for k in self.outputs]))
         try:
             if first and self.marker:
                 out = self._compile_here(args)
@@ -192,16 +193,19 @@ class Kernel:
                 raise
             raise ValueError(exc.args[0].format(*exc.args[1:])) from None     # check_sizes
         if self.grown:
-            ws = list(ws)
-            for k, buf in zip(self.grown, out[-1]):
-                ws[k] = buf
-            ws = tuple(ws)
+            grown = out[-1]
+            if any(ws[k] is not buf for k, buf in zip(self.grown, grown)):
+                ws = list(ws)
+                for k, buf in zip(self.grown, grown):
+                    ws[k] = buf
+                ws = tuple(ws)
         self.pool.append(ws)
-        handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
-        for bufs, (_, _, position) in zip(self.spare, self.out_types):
-            bufs.append(handed[position])
-            if len(bufs) > self.KEEP:
-                del bufs[0]
+        if self.spare:
+            handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
+            for bufs, (_, _, position) in zip(self.spare, self.out_types):
+                bufs.append(handed[position])
+                if len(bufs) > self.KEEP:
+                    del bufs[0]
         return out[0] if len(out) == 2 else out[:-1]
 
     def _workspace(self):
