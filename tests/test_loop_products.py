@@ -8,6 +8,7 @@ differences, on the numpy backend (and a few on the native one).
 """
 import linecache
 import random
+import re
 
 import numpy as np
 import pytest
@@ -223,3 +224,20 @@ def test_symm_row_updates_in_blocks(backend):
     source = flowgrad.grad(symm.kernel, wrt=symm.WRT, backend=backend).source(*args)
     assert "rank" in source
     check_grad(symm.kernel, args, (0, 1, 2, 3, 4), backend=backend)
+
+
+def test_a_block_product_batched_on_its_vector_reads_a_row_per_iteration():
+    """symm's ``B[:i, :].T @ A[i, :i]`` over a block's iterations is the product ``A_b @ B`` of
+    shape ``(BLOCK, n)``: each iteration adds its row, and the adjoint sums into a row, rather
+    than a column of ``B.T @ A_b.T`` (a strided read per iteration, a strided write per pass)."""
+    args = symm.args("bench")
+    ir = flowgrad.grad(symm.kernel, wrt=symm.WRT).ir(*args)
+    assert re.search(r"(\w+) = matmul\(A\[block:\+16, 0:\+block\], B\[0:\+block, 0:\+120\]\)", ir), ir
+    assert re.search(r"\+= \w+\[\(i - block\), 0:\+120\]", ir), ir
+    assert re.search(r"g_\w+\[\(i - block\), 0:\+120\] \+=", ir), ir
+    m, n = 45, 7                # a matrix-vector product per iteration, blocked, against finite differences
+    rng = np.random.default_rng(8)
+    small = (0.7, 1.3, rng.standard_normal((m, n)), rng.standard_normal((m, m)) / np.sqrt(m),
+             rng.standard_normal((m, n)))
+    assert "for block in" in flowgrad.grad(symm.kernel, wrt=symm.WRT).ir(*small)
+    check_grad(symm.kernel, small, (0, 1, 2, 3, 4))

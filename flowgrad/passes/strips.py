@@ -393,16 +393,24 @@ def _blocked_product(call, x, y, v, vb, containers, namer):
     """A block's shared product of ``call`` (before its iterations), and what each iteration
     computes in its place: its own part of the product, plus its row of the shared one."""
     t = call.outputs[0]
-    batched = x if x.shift is not None else y
+    # The batch axis is the shared product's first: each iteration reads its row of it. Where
+    # ``y`` is batched (a vector per iteration) and ``x`` a matrix, the product is taken
+    # transposed, ``y_b.T @ x.T``, rather than read a column at a time (a strided read each
+    # iteration, and a strided write in the adjoint).
+    swap = y.shift is not None and len(t.shape) > 0
     reads = []
-    for side in (x, y):
+    for side in ((y, x) if swap else (x, y)):
         batch = Slice(op("add", vb, Const(side.shift)), Const(BLOCK), 1) if side.shift is not None else None
         items = side.items(batch, _shared(side, vb))
-        # the batch axis becomes the product's first (x batched) or last (y batched) axis
-        pos_b = side.roles.index("b") if side.shift is not None else None
-        turn = pos_b is not None and (pos_b > side.roles.index("k")) != (side is y)
-        reads.append(Read(Ref(side.ref.container, items, (1, 0) if turn else side.ref.perm)))
-    shape = ((Const(BLOCK),) + tuple(t.shape)) if batched is x else (tuple(t.shape) + (Const(BLOCK),))
+        if side.shift is not None:
+            # the batch axis first, or last where ``y`` is batched and the product not swapped
+            turn = (side.roles.index("b") > side.roles.index("k")) != (side is y and not swap)
+            perm = (1, 0) if turn else side.ref.perm
+        else:
+            perm = side.ref.perm if not swap else None if side.ref.perm == (1, 0) else (1, 0)
+        reads.append(Read(Ref(side.ref.container, items, perm)))
+    first = x.shift is not None or swap
+    shape = ((Const(BLOCK),) + tuple(t.shape)) if first else (tuple(t.shape) + (Const(BLOCK),))
     r = Container(namer(t.name), t.dtype, shape, "transient")
     containers[r.name] = r
     product = Call("matmul", reads, [r], call.attrs, call.loc)
@@ -410,7 +418,7 @@ def _blocked_product(call, x, y, v, vb, containers, namer):
                           for side in (x, y)], [t], call.attrs, call.loc)
     row = Index(op("subtract", scalar(v), vb))
     whole = [Slice(Const(0), n, 1) for n in t.shape]
-    add = Assign(Ref(t, whole), Read(Ref(r, [row] + whole if batched is x else whole + [row])), True, call.loc)
+    add = Assign(Ref(t, whole), Read(Ref(r, [row] + whole if first else whole + [row])), True, call.loc)
     return product, own, add
 
 
