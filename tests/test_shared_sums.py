@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import flowgrad
-from flowgrad.ir.core import F64, Assign, Call, Container, Read, Ref, Slice, op
+from flowgrad.autodiff.restores import read_in_pass
+from flowgrad.ir.core import F64, Assign, Call, Container, For, Index, Pop, Read, Ref, Slice, op
 from flowgrad.passes.sums import share_sum_products
 from oracle import check_forward, check_grad
 
@@ -183,3 +184,130 @@ def test_a_sum_with_a_broadcast_term_keeps_its_form():
     containers = {c.name: c for c in (n, m, x, w, a, t1, t2)}
     out = share_sum_products(stmts, containers, _namer())
     assert out == stmts
+
+
+# A restore read only inside its own view, in a loop at any depth (``read_in_pass``'s second
+# way): symm's row ``C[i, :]``, restored and read in a loop nested in its blocks' loop. Each pass
+# adds to the rows above before overwriting its own, so the restores are row by row.
+def nested_rows(C, B, beta):
+    C = C.copy()
+    m = C.shape[0]
+    for t in range(3):
+        for i in range(m):
+            C[:i, :] += 0.1 * B[i, :] * B[:i, :]
+            C[i, :] = beta * C[i, :] + np.sin(B[i, :]) * (t + 1.0)
+    return np.sum(C * C)
+
+
+def nested_rows_reading_the_row_before(C, B, beta):
+    """Each pass also reads the row before, which no restore of its own pass covers."""
+    C = C.copy()
+    m = C.shape[0]
+    for t in range(3):
+        for i in range(1, m):
+            C[:i, :] += 0.1 * B[i, :] * B[:i, :]
+            C[i, :] = beta * C[i, :] * C[i - 1, :] + np.sin(B[i, :]) * (t + 1.0)
+    return np.sum(C * C)
+
+
+def nested_rows_read_between(C, B, beta):
+    """The outer loop's body reads a row after the inner loop: its adjoint, in the next outer
+    pass of the backward sweep, reads what the inner loop's restores put back."""
+    C = C.copy()
+    m = C.shape[0]
+    s = 0.0
+    for t in range(3):
+        for i in range(m):
+            C[:i, :] += 0.1 * B[i, :] * B[:i, :]
+            C[i, :] = beta * C[i, :] + np.sin(B[i, :]) * (t + 1.0)
+        s = s + np.sum(C[0, :] ** 2)
+    return s + np.sum(C * C)
+
+
+def _rows_args(seed=2):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((6, 5)), rng.standard_normal((6, 5)), 0.8
+
+
+@pytest.mark.parametrize("fn", [nested_rows, nested_rows_reading_the_row_before, nested_rows_read_between])
+def test_restores_in_nested_loops_keep_the_gradient(fn, backend):
+    args = _rows_args()
+    check_forward(fn, args, backend)
+    check_grad(fn, args, ("C", "B", "beta"), backend=backend)
+
+
+@pytest.mark.parametrize("strategy", ["recompute_all", "fastest"])
+@pytest.mark.parametrize("fn", [nested_rows, nested_rows_read_between])
+def test_checkpointed_nested_restores_give_the_gradient_of_storing_all(fn, strategy):
+    pytest.importorskip("numba")
+    args = _rows_args(3)
+    want = flowgrad.grad(fn, wrt=("C", "B", "beta"), backend="numpy", strategy="store_all")(*args)
+    got = flowgrad.grad(fn, wrt=("C", "B", "beta"), backend="native", strategy=strategy)(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-13)
+
+
+def test_a_nested_restore_read_in_its_view_only_is_not_stored():
+    pytest.importorskip("numba")
+    g = flowgrad.grad(nested_rows, wrt=("C", "B", "beta"), backend="native")
+    args = _rows_args()
+    assert "pop tape_copy -> copy[i, 0:+5] (read in its pass only)" in g.ir(*args)
+    src = g.source(*args)
+    assert re.search(r"_slot\d+ = tape_copy\[", src)
+    assert not re.search(r"copy\[[^]]*\] = _slot", src), src
+
+
+@pytest.mark.parametrize("fn", [nested_rows_reading_the_row_before, nested_rows_read_between])
+def test_a_nested_restore_read_elsewhere_is_stored(fn):
+    pytest.importorskip("numba")
+    g = flowgrad.grad(fn, wrt=("C", "B", "beta"), backend="native")
+    args = _rows_args()
+    assert "(read in its pass only)" not in g.ir(*args)
+    assert re.search(r"copy\[[^]]*\] = _slot", g.source(*args))
+
+
+def _rows_loops(*outside, after=()):
+    """``for t: for i: pop x[i, :]; s += x[i, :]`` (backward sweep IR) with ``outside`` in the
+    outer body after the inner loop and ``after`` after the outer loop; the pop and the sweep."""
+    i64 = np.dtype("int64")
+    t, i = Container("t", i64, ()), Container("i", i64, ())
+    x, tape = Container("x", F64, (6, 5), "transient"), Container("tape_x", F64, (90,), "tape")
+    s = Container("s", F64, (5,), "transient")
+    row = Ref(x, [Index(Read(Ref(i, ()))), Slice(0, 5)])
+    pop = Pop(tape, row)
+    inner = For(i, 0, 6, 1, [pop, Assign(Ref(s), Read(row), True)], True)
+    outer = For(t, 0, 3, 1, [inner, *[stmt(x, s) for stmt in outside]], True)
+    return pop, [outer, *[stmt(x, s) for stmt in after]]
+
+
+def _read_row(k):
+    return lambda x, s: Assign(Ref(s), Read(Ref(x, [Index(k), Slice(0, 5)])), True)
+
+
+def _trailing_rows(x, s):
+    """symm's loop over the rows before its blocks: each pass restores its row and reads it."""
+    j = Container("j", np.dtype("int64"), ())
+    row = Ref(x, [Index(Read(Ref(j, ()))), Slice(0, 5)])
+    return For(j, 0, 2, 1, [Pop(Container("tape_y", F64, (10,), "tape"), row), Assign(Ref(s), Read(row), True)], True)
+
+
+@pytest.mark.parametrize("outside, after, local", [
+    ((), (), True),                         # only the inner loop reads x, each pass its own row
+    ((_read_row(0),), (), False),           # the outer body reads a row the restores put back
+    ((), (_read_row(2),), False),           # so does a statement after the loops
+    ((), (_trailing_rows,), True),          # a later loop reading each row after its own restore
+])
+def test_a_nested_restore_is_local_where_only_its_own_pass_reads_it(outside, after, local):
+    pop, backward = _rows_loops(*outside, after=after)
+    read_in_pass(backward)
+    assert (pop.local is not None) == local
+
+
+def test_a_nested_restore_whose_pass_reads_the_row_before_is_not_local():
+    pop, backward = _rows_loops()
+    inner = backward[0].body[0]
+    i, x, s = inner.var, pop.ref.container, inner.body[1].dst.container
+    before = Ref(x, [Index(op("subtract", Read(Ref(i, ())), 1)), Slice(0, 5)])
+    inner.body.append(Assign(Ref(s), Read(before), True))
+    read_in_pass(backward)
+    assert pop.local is None

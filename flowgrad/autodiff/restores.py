@@ -11,7 +11,7 @@ PolyBench's symm tapes i values per (i, j) that way: its gradient kept 0.6 milli
 """
 from __future__ import annotations
 
-from ..ir.core import (Const, For, If, Index, NewAxis, Op, Pop, Read, Ref, child_blocks, const_value, difference,
+from ..ir.core import (Const, For, If, Index, NewAxis, Op, Pop, Read, Ref, Slice, child_blocks, const_value, difference,
                        iter_reads, op, same_expr, same_ref, split_offset, stmt_reads, stmt_writes, substitute, touches,
                        walk)
 
@@ -171,18 +171,27 @@ def _moves(e, var):
 
 
 def read_in_pass(backward):
-    """Mark ``local`` (with the loop's variable) each pop at the top of the body of a top-level
-    loop of ``backward`` whose restored values only the statements after it in the same pass
-    read: the first statement of the body touching its container, the only one writing it,
-    restoring a view each next pass's restore covers (``V[0:i + 1]`` where the passes count ``i``
-    up), of a container nothing after the loop reads. The next pass then restores all that this
-    one did before reading any of it, and the views no pass restores hold what they held before
-    the loop. A checkpointed loop
-    (``checkpoint.loops``) reverses it a segment at a time, and each of its schedules restores the
-    state from a snapshot after a segment's reversal before running or saving it
-    (``checkpoint.schedules``), so what a reversal leaves in the container is never read there
-    either. binomial_option's adjoint step reads the values it restores, and the next step's
-    restore covers them: storing them cost a tenth of its gradient."""
+    """Mark ``local`` (with the loop's variable) each pop at the top of a loop's body whose
+    restored values only the statements after it in the same pass read. Two ways qualify a pop,
+    the first statement of the body touching its container and the only one writing it:
+
+    - in a top-level loop of ``backward``, it restores a view each next pass's restore covers
+      (``V[0:i + 1]`` where the passes count ``i`` up), of a container nothing after the loop
+      reads. The next pass then restores all that this one did before reading any of it, and the
+      views no pass restores hold what they held before the loop. binomial_option's adjoint
+      step reads the values it restores, and the next step's restore covers them: storing them
+      cost a tenth of its gradient.
+    - in a loop at any depth, the body reads the container only inside the view the pop
+      restores, and so does every other statement touching the container from the top-level
+      statement holding the loop on (``_own_views``): each is a read after such a pop in its own
+      pass. symm's adjoint restores ``C[i, :]`` in a loop nested in its blocks' loop and reads
+      that row only.
+
+    A checkpointed loop (``checkpoint.loops``) reverses it a segment at a time, and each of its
+    schedules restores the state from a snapshot after a segment's reversal before running or
+    saving it (``checkpoint.schedules``), so what a reversal leaves in the container is never
+    read there either."""
+    _own_views(backward)
     for k, loop in enumerate(backward):
         if not isinstance(loop, For):
             continue
@@ -205,6 +214,84 @@ def read_in_pass(backward):
                 continue
             if all(_covered(it, loop.var, d) for it in pop.ref.items):
                 pop.local = loop.var
+
+
+def _own_views(backward):
+    """The second way of ``read_in_pass``: per container, the pops at the top of a loop body
+    reading it only inside their views (``_view_pop``) are marked where every statement touching
+    the container, from the first top-level statement holding one of them on, is such a pop or a
+    read after it in its body."""
+    found = {}                  # container -> [(top-level position, pop, loop, ids of its reads)]
+    for k, top in enumerate(backward):
+        for loop in walk([top]):
+            if isinstance(loop, For):
+                for pop, reads in _view_pops(loop):
+                    found.setdefault(pop.ref.container, []).append((k, pop, loop, reads))
+    for x, pops in found.items():
+        served = {id(pop) for _, pop, _, _ in pops}.union(*(reads for _, _, _, reads in pops))
+        if all(id(s) in served for s in walk(backward[pops[0][0]:]) if _touches_itself(s, x)):
+            for _, pop, loop, _ in pops:
+                pop.local = loop.var
+
+
+def _view_pops(loop):
+    """``(pop, ids of the statements reading its container)`` for each pop of ``loop``'s body
+    that is the first statement touching its container there and the only one writing it,
+    restores a view whose position depends only on the loop's variable and what the body does
+    not write, and whose container the body reads only after it and inside that view."""
+    written = {}
+    for s in walk(loop.body):
+        for w in stmt_writes(s):
+            written.setdefault(w.container, []).append(s)
+    out = []
+    for n, pop in enumerate(loop.body):
+        x = pop.ref.container if isinstance(pop, Pop) else None
+        if x is None or written[x] != [pop] or any(touches(s, x) for s in loop.body[:n]) or \
+                any(r.ref.container in written for ie in pop.ref.index_exprs() for r in iter_reads(ie)
+                    if r.ref.container is not loop.var):
+            continue
+        reads = set()
+        for s in walk(loop.body[n + 1:]):
+            mine = [r for r in stmt_reads(s) if r.ref.container is x]
+            if mine and not all(_inside(r.ref, pop.ref) for r in mine):
+                break
+            if mine:
+                reads.add(id(s))
+        else:
+            out.append((pop, reads))
+    return out
+
+
+def _inside(a, b):
+    """Whether view ``a`` of a container lies inside view ``b`` of it, at the same positions
+    (each index the same expression; each slice of step 1 within the other's ends)."""
+    a_items = [it for it in a.items if not isinstance(it, NewAxis)]
+    b_items = [it for it in b.items if not isinstance(it, NewAxis)]
+    if len(a_items) != len(b_items):
+        return False
+    for x, y in zip(a_items, b_items):
+        if isinstance(x, Index) and isinstance(y, Index):
+            if not same_expr(x.at, y.at):
+                return False
+        elif isinstance(x, Slice) and isinstance(y, Slice):
+            if const_value(x.step) != 1 or const_value(y.step) != 1:
+                return False
+            start = difference(x.start, y.start)
+            end = difference(op("add", x.start, x.size), op("add", y.start, y.size))
+            if start is None or end is None or start < 0 or end > 0:
+                return False
+        elif isinstance(x, Index) and isinstance(y, Slice) and const_value(y.step) == 1:
+            lo, hi = difference(x.at, y.start), difference(x.at, op("add", y.start, y.size))
+            if lo is None or hi is None or lo < 0 or hi >= 0:
+                return False
+        else:
+            return False
+    return True
+
+
+def _touches_itself(s, c):
+    """Whether statement ``s``'s own expressions (not its nested blocks') read or write ``c``."""
+    return any(r.ref.container is c for r in stmt_reads(s)) or any(w.container is c for w in stmt_writes(s))
 
 
 def _covered(it, var, d):
