@@ -235,7 +235,7 @@ def test_a_block_product_batched_on_its_vector_reads_a_row_per_iteration():
     assert re.search(r"(\w+) = matmul\(A\[block:\+16, 0:\+block\], B\[0:\+block, 0:\+120\]\)", ir), ir
     assert re.search(r"\+= \w+\[\(i - block\), 0:\+120\]", ir), ir
     assert re.search(r"g_\w+\[\(i - block\), 0:\+120\] \+=", ir), ir
-    m, n = 45, 7                # a matrix-vector product per iteration, blocked, against finite differences
+    m, n = 45, 9                # a matrix-vector product per iteration, blocked, against finite differences
     rng = np.random.default_rng(8)
     small = (0.7, 1.3, rng.standard_normal((m, n)), rng.standard_normal((m, m)) / np.sqrt(m),
              rng.standard_normal((m, n)))
