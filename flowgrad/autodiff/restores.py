@@ -218,7 +218,7 @@ def read_in_pass(backward):
 
 def _own_views(backward):
     """The second way of ``read_in_pass``: per container, the pops at the top of a loop body
-    reading it only inside their views (``_view_pop``) are marked where every statement touching
+    reading it only inside their views (``_view_pops``) are marked where every statement touching
     the container, from the first top-level statement holding one of them on, is such a pop or a
     read after it in its body."""
     found = {}                  # container -> [(top-level position, pop, loop, ids of its reads)]
