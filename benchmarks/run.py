@@ -143,7 +143,7 @@ class Timer:
         (marked ``from_warmup``).
     """
 
-    def __init__(self, share_s, repeat=None, min_repeat=3, max_repeat=50):
+    def __init__(self, share_s, repeat=None, min_repeat=3, max_repeat=400):
         self.share_s, self.repeat = share_s, repeat
         self.min_repeat, self.max_repeat = min_repeat, max_repeat
 
