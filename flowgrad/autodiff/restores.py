@@ -201,19 +201,27 @@ def read_in_pass(backward):
         after = {r.ref.container for s in walk(backward[k + 1:]) for r in stmt_reads(s)}
         after |= {r.ref.container for e in (loop.start, loop.stop, loop.step) for r in iter_reads(e)}
         d = -step if loop.reverse else step         # the variable's change from one pass to the next
-        written = {}
-        for s in walk(loop.body):
-            for w in stmt_writes(s):
-                written.setdefault(w.container, []).append(s)
-        for n, pop in enumerate(loop.body):
-            x = pop.ref.container if isinstance(pop, Pop) else None
-            if x is None or x in after or written[x] != [pop] or \
-                    any(touches(s, x) for s in loop.body[:n]) or \
-                    any(r.ref.container in written for ie in pop.ref.index_exprs() for r in iter_reads(ie)
-                        if r.ref.container is not loop.var):
-                continue
-            if all(_covered(it, loop.var, d) for it in pop.ref.items):
+        for _, pop in _leading_pops(loop):
+            if pop.ref.container not in after and all(_covered(it, loop.var, d) for it in pop.ref.items):
                 pop.local = loop.var
+
+
+def _leading_pops(loop):
+    """``(position, pop)`` for each pop of ``loop``'s body that is the first statement touching
+    its container there and the only one writing it, restoring a view whose position depends only
+    on the loop's variable and what the body does not write: the pops either way of
+    ``read_in_pass`` may mark."""
+    written = {}
+    for s in walk(loop.body):
+        for w in stmt_writes(s):
+            written.setdefault(w.container, []).append(s)
+    for n, pop in enumerate(loop.body):
+        x = pop.ref.container if isinstance(pop, Pop) else None
+        if x is None or written[x] != [pop] or any(touches(s, x) for s in loop.body[:n]) or \
+                any(r.ref.container in written for ie in pop.ref.index_exprs() for r in iter_reads(ie)
+                    if r.ref.container is not loop.var):
+            continue
+        yield n, pop
 
 
 def _own_views(backward):
@@ -235,21 +243,11 @@ def _own_views(backward):
 
 
 def _view_pops(loop):
-    """``(pop, ids of the statements reading its container)`` for each pop of ``loop``'s body
-    that is the first statement touching its container there and the only one writing it,
-    restores a view whose position depends only on the loop's variable and what the body does
-    not write, and whose container the body reads only after it and inside that view."""
-    written = {}
-    for s in walk(loop.body):
-        for w in stmt_writes(s):
-            written.setdefault(w.container, []).append(s)
+    """``(pop, ids of the statements reading its container)`` for each of ``loop``'s
+    ``_leading_pops`` whose container the body reads only after it and inside its view."""
     out = []
-    for n, pop in enumerate(loop.body):
-        x = pop.ref.container if isinstance(pop, Pop) else None
-        if x is None or written[x] != [pop] or any(touches(s, x) for s in loop.body[:n]) or \
-                any(r.ref.container in written for ie in pop.ref.index_exprs() for r in iter_reads(ie)
-                    if r.ref.container is not loop.var):
-            continue
+    for n, pop in _leading_pops(loop):
+        x = pop.ref.container
         reads = set()
         for s in walk(loop.body[n + 1:]):
             mine = [r for r in stmt_reads(s) if r.ref.container is x]
