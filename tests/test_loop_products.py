@@ -15,6 +15,7 @@ import pytest
 
 import flowgrad
 from benchmarks.kernels import symm, trmm
+from flowgrad.passes.strips import BLOCK, SHORT_BLOCK
 from oracle import check_forward, check_grad
 
 _PRODUCTS = [
@@ -228,11 +229,12 @@ def test_symm_row_updates_in_blocks(backend):
 
 def test_a_block_product_batched_on_its_vector_reads_a_row_per_iteration():
     """symm's ``B[:i, :].T @ A[i, :i]`` over a block's iterations is the product ``A_b @ B`` of
-    shape ``(BLOCK, n)``: each iteration adds its row, and the adjoint sums into a row, rather
-    than a column of ``B.T @ A_b.T`` (a strided read per iteration, a strided write per pass)."""
+    shape ``(SHORT_BLOCK, n)`` (a loop of 100 iterations, each a vector of 120): each iteration
+    adds its row, and the adjoint sums into a row, rather than a column of ``B.T @ A_b.T`` (a
+    strided read per iteration, a strided write per pass)."""
     args = symm.args("bench")
     ir = flowgrad.grad(symm.kernel, wrt=symm.WRT).ir(*args)
-    assert re.search(r"(\w+) = matmul\(A\[block:\+16, 0:\+block\], B\[0:\+block, 0:\+120\]\)", ir), ir
+    assert re.search(rf"(\w+) = matmul\(A\[block:\+{SHORT_BLOCK}, 0:\+block\], B\[0:\+block, 0:\+120\]\)", ir), ir
     assert re.search(r"\+= \w+\[\(i - block\), 0:\+120\]", ir), ir
     assert re.search(r"g_\w+\[\(i - block\), 0:\+120\] \+=", ir), ir
     m, n = 45, 9                # a matrix-vector product per iteration, blocked, against finite differences
@@ -241,3 +243,20 @@ def test_a_block_product_batched_on_its_vector_reads_a_row_per_iteration():
              rng.standard_normal((m, n)))
     assert "for block in" in flowgrad.grad(symm.kernel, wrt=symm.WRT).ir(*small)
     check_grad(symm.kernel, small, (0, 1, 2, 3, 4))
+
+
+def _block_sizes(ir):
+    return set(re.findall(r"for block in (?:reversed\()?\d+:\d+:(\d+)", ir))
+
+
+@pytest.mark.parametrize("m, n, size", [(100, 120, SHORT_BLOCK), (45, 9, BLOCK), (300, 40, BLOCK)])
+def test_a_short_loop_of_vectors_takes_short_blocks(m, n, size):
+    """Blocks of ``SHORT_BLOCK`` iterations where the loop is short and each iteration's product is
+    a vector of at least ``WIDE`` elements (symm at 100 by 120); ``BLOCK`` for short vectors and
+    for long loops, whose shared products weigh more than the triangles. The forward program and
+    the gradient's forward sweep are cut alike."""
+    rng = np.random.default_rng(3)
+    args = (0.7, 1.3, rng.standard_normal((m, n)), rng.standard_normal((m, m)) / np.sqrt(m),
+            rng.standard_normal((m, n)))
+    assert _block_sizes(flowgrad.jit(symm.kernel).ir(*args)) == {str(size)}
+    assert _block_sizes(flowgrad.grad(symm.kernel, wrt=symm.WRT).ir(*args)) == {str(size)}
