@@ -17,7 +17,8 @@ before and after every step of that module; ``FLOWGRAD_DUMP=1`` prints each new 
               swept along their last axis stored with it first (native)
     FORWARD   the forward program (jit): calls standing for statements expanded (a fixed point's
               iteration), hoisted factorisations, native gathers and packing, view bounds
-    REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, simplify the
+    REVERSE   the gradient program built by ``autodiff.reverse``: expand such calls, run a reversed
+              loop's passes that test their variable apart from the rest, simplify the
               backward sweep (its full sums taken once per product they share), keep in the
               forward sweep what it needs, hoist and share factorisations, save the parts a loop
               overwrites in one tape entry, order independent loops, then the native and bounds
@@ -51,6 +52,7 @@ from .passes.layout import permute_swept_arrays
 from .passes.order import fold_into_row_loops, forward_independent_loops, interchange_forward_loops
 from .passes.outer import defer_outer_products
 from .passes.pack import pack_strided_views
+from .passes.peel import peel_boundary_tests
 from .passes.shifts import constant_shifts
 from .passes.sums import share_sum_products
 from .passes.take import fuse_gathers
@@ -132,6 +134,7 @@ FORWARD = [
 
 REVERSE = [
     Step("expand", ("forward", "backward"), lambda b, u: expand_calls(b)),
+    Step("peel", "backward", lambda b, u: peel_boundary_tests(b)),
     Step("gather", "backward", lambda b, u: gather_shifted_sums(b)),
     Step("copies", "backward", lambda b, u: propagate_copies(b, set(u.outputs))),
     Step("dce", "backward", _backward_dce),

@@ -3,7 +3,9 @@
 Needs: a statement list (a captured program, a gradient's backward sweep). Changes: after
 ``t = g[v]`` (``t`` a transient array written whole), later statements of the same block read
 ``g[v]`` where they read ``t``, until a statement writes ``t``, ``g`` or what ``v``'s indices
-read; a statement ``g[v] = t`` in that stretch changes nothing and is removed. A read of part of
+read (a simple statement writing a part of ``g`` that provably misses ``g[v]`` does not end the
+stretch: a pass of a reversed loop restoring its own row before it reads the rows before it);
+a statement ``g[v] = t`` in that stretch changes nothing and is removed. A read of part of
 ``t`` (``t[1:]``, as the gather pass leaves them) reads that part of ``g[v]``. ``eliminate_dead``
 then drops the copy when nothing reads ``t`` any more.
 
@@ -24,8 +26,8 @@ from __future__ import annotations
 from collections import Counter
 
 from ..autodiff.rules import CALLS
-from ..ir.core import (Assign, Call, Index, NewAxis, Op, Read, Ref, If, For, Slice, While, iter_reads, map_blocks,
-                       same_expr, same_ref, stmt_reads, stmt_writes, walk)
+from ..ir.core import (Assign, Call, Index, NewAxis, Op, Read, Ref, If, For, Slice, While, apart, child_blocks,
+                       iter_reads, map_blocks, same_expr, same_ref, stmt_reads, stmt_writes, walk)
 
 
 def propagate_copies(stmts, results=(), calls=True):
@@ -102,19 +104,23 @@ def _copy(s):
 
 
 def _redirect(out, k, t, r, calls):
-    deps = {t, r.container} | {x.ref.container for ie in r.index_exprs() for x in iter_reads(ie)}
+    deps = {t} | {x.ref.container for ie in r.index_exprs() for x in iter_reads(ie)}
     j = k + 1
     while j < len(out):
         u = out[j]
         if isinstance(u, Assign) and not u.accumulate and same_ref(u.dst, r) and _whole_read(u.expr, t):
             del out[j]                    # writes back the values it already holds
             continue
-        writes = {w.container for v in walk([u]) for w in stmt_writes(v)}
-        if t.ndim and (isinstance(u, Assign) or not writes & deps):
+        written = [w for v in walk([u]) for w in stmt_writes(v)]
+        # a simple statement writing elsewhere in the original (a pass restoring its own row
+        # before it reads the row above, copied) leaves the copied values as they are
+        stops = {w.container for w in written} & deps or \
+            any(w.container is r.container and (child_blocks(u) or not apart(w, r)) for w in written)
+        if t.ndim and (isinstance(u, Assign) or not stops):
             # an assignment reads its right side in full before it writes (NumPy semantics, kept
             # by every backend); a call might write its output while it reads its inputs
             out[j] = _substitute(u, t, r, calls)
-        if writes & deps:
+        if stops:
             return
         j += 1
 
