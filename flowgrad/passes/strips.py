@@ -206,12 +206,10 @@ class _Update:
     ``_Side`` does a summed slice; ``u`` is the factor reading ``r``, ``ws`` the factors along
     ``S``, ``scales`` the rest; ``size`` is the length of ``S``."""
 
-    def __init__(self, loop, moving, u, ws, scales, written):
+    def __init__(self, loop, moving, u, ws, scales, size):
         self.loop, self.assign = loop, loop.body[0]
         self.moves, self.c, self.fixed = moving
-        self.u, self.ws, self.scales = u, ws, scales
-        roles = _roles(self.assign.dst, None, loop.var, written)
-        self.size = next(it.size for it, role in zip(self.assign.dst.items, roles) if role == ("s", None))
+        self.u, self.ws, self.scales, self.size = u, ws, scales, size
 
 
 def _factors(e):
@@ -282,7 +280,7 @@ def _update(s, v, lo, hi, written):
             return None
     if len(u) != 1 or not ws:
         return None
-    return _Update(s, moving, u[0], ws, scales, written)
+    return _Update(s, moving, u[0], ws, scales, a.dst.items[dst.index(("s", None))].size)
 
 
 def _updates_apart(loop, upd, first, blocks, size, written):
