@@ -392,6 +392,7 @@ class _Transform:
 
     _flowgrad_transform = True      # what the frontend recognises a transform called in captured code by
     _nested_kind = None             # grad, value_and_grad, jit: how a call in captured code lowers
+    CALLS_KEPT = 64                 # calls' answers kept (``calls``); more distinct integer arguments start afresh
 
     def _flowgrad_inline(self, fe, args, kwargs, loc):
         """A call of this transform inside captured code, lowered there (``api_nested``)."""
@@ -432,6 +433,7 @@ class _Transform:
         self.wrt_given = wrt
         self.cache = {}
         self.plans = {}             # (entry, checkpoint parameters, plan) by signature and integer arguments
+        self.calls = {}             # value_and_grad: (entry, checkpoint parameters, wrt positions, single) by _call_key
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__signature__ = self.signature      # a transform taking this one sees fn's arguments
@@ -572,6 +574,7 @@ class _Transform:
         for key, entry in list(self.cache.items()):
             if not entry.cap.current():
                 del self.cache[key]
+        self.calls.clear()
         kept = {id(e) for e in self.cache.values()}
         self.plans = {k: v for k, v in self.plans.items() if k[0] in kept and id(v[0]) in kept}
 
@@ -673,12 +676,7 @@ def _format_grads(entry, grads, wrt, single, args_by_name, fn=None):
 
     def leaf(g, v):
         if isinstance(v, np.ndarray):
-            if type(g) is not np.ndarray or g.dtype != v.dtype or g.shape != v.shape:
-                g = np.asarray(g, dtype=v.dtype).reshape(v.shape)
-            if arrays and _overlaps(g, arrays, len(arrays)):
-                g = g.copy()                # a wrt named twice gets arrays of its own
-            arrays.append(g)
-            return g
+            return _array_grad(g, v, arrays)
         return complex(g) if isinstance(v, (complex, np.complexfloating)) else float(g)
 
     pos = 0
@@ -699,6 +697,45 @@ def _format_grads(entry, grads, wrt, single, args_by_name, fn=None):
         pos += len(picks)
         out.append(tree.unflatten(new))
     return out[0] if single else tuple(out)
+
+
+def _call_key(args):
+    """What a call's answer (program, plan, layout of the gradients) depends on, where every
+    argument is a float, an int or an array: an array's shape and dtype, the value of an int (plans
+    depend on integer arguments); None for a call with any other argument."""
+    key = []
+    for v in args:
+        t = type(v)
+        if t is np.ndarray:
+            key.append((v.shape, v.dtype))
+        elif t is float:
+            key.append(None)
+        elif t is int:
+            key.append(v)
+        else:
+            return None
+    return tuple(key)
+
+
+def _picked_grads(grads, args, picks, single):
+    """``_format_grads`` for a call whose ``wrt`` arguments are plain floats and arrays, at
+    positions ``picks`` of ``args``."""
+    out, arrays = [], []
+    for g, k in zip(grads, picks):
+        v = args[k]
+        out.append(_array_grad(g, v, arrays) if type(v) is np.ndarray else float(g))
+    return out[0] if single else tuple(out)
+
+
+def _array_grad(g, v, arrays):
+    """Gradient ``g`` of array argument ``v`` as the caller gets it: ``v``'s dtype and shape, and
+    memory of its own among the gradient arrays handed over so far (``arrays``, appended to)."""
+    if type(g) is not np.ndarray or g.dtype != v.dtype or g.shape != v.shape:
+        g = np.asarray(g, dtype=v.dtype).reshape(v.shape)
+    if arrays and _overlaps(g, arrays, len(arrays)):
+        g = g.copy()                # a wrt named twice gets arrays of its own
+    arrays.append(g)
+    return g
 
 
 def _zero_like(v):
@@ -762,14 +799,27 @@ class value_and_grad(_Transform):
                          implicit_while)
 
     def __call__(self, *args):
+        # a call like an earlier one (arrays of the same shapes and dtypes, floats, the same integers)
+        # runs what that one settled on, found by one lookup; the first such call settles it
+        key = _call_key(args)
+        known = self.calls.get(key) if key is not None else None
+        if known is not None and known[0].cap.current():
+            entry, ckpt, picks, single = known
+            value, pullback = _run_vjp(entry, args, ckpt)
+            return float(value), _picked_grads(pullback(1.0), args, picks, single)
         arguments = self.bind(args)
         wrt, single = self.wrt_names(args, arguments)
         entry = self.compiled(args, arguments, wrt)
         _scalar_result(entry, self.__name__)
         entry, ckpt, _ = self.planned(args, entry)
         value, pullback = _run_vjp(entry, args, ckpt)
-        grads = pullback(1.0)
-        return float(value), _format_grads(entry, grads, wrt, single, arguments, self.fn)
+        grads = _format_grads(entry, pullback(1.0), wrt, single, arguments, self.fn)
+        if key is not None and len(args) == len(self.params) and self._positional and \
+                all(n in arguments for n in wrt) and entry.wrt_layout == [None] * len(wrt):
+            if len(self.calls) >= self.CALLS_KEPT:
+                self.calls.clear()
+            self.calls[key] = (entry, ckpt, [self.params.index(n) for n in wrt], single)
+        return float(value), grads
 
 
 class grad(value_and_grad):

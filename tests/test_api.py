@@ -200,6 +200,30 @@ def test_cache_across_values(backend):
         check_grad(steps, (U((4,), seed=seed), 2, 0.2), "x", backend=backend, vg=vg)
 
 
+def test_a_repeated_call_gives_the_first_calls_gradients(backend):
+    # the second call of a signature takes the answer the first settled on; both agree, each float
+    # gradient is a float, and a wrt named twice gets two arrays every time
+    x, n = U((4,)), 3
+    g = flowgrad.grad(steps, wrt=("x", "dt", "x"), backend=backend)
+    first = g(x, n, 0.1)
+    for _ in range(3):
+        again = g(x, n, 0.1)
+        assert type(again[1]) is float
+        assert again[0] is not again[2] and not np.shares_memory(again[0], again[2])
+        for a, b in zip(first, again):
+            assert_close(a, b)
+    check_grad(steps, (x, n, 0.1), ("x", "dt"), backend=backend)
+
+
+def test_calls_with_many_integers_keep_a_bounded_record(backend):
+    vg = flowgrad.value_and_grad(steps, wrt="x", backend=backend)
+    x = U((3,))
+    for n in range(vg.CALLS_KEPT + 6):
+        vg(x, n % 3 + 100 * (n // 3), 0.0)      # dt 0: y stays x for every trip count
+    assert 0 < len(vg.calls) <= vg.CALLS_KEPT
+    assert_close(vg(x, 7, 0.0)[1], 2.0 * x)
+
+
 # ---------------------------------------------------------------------------------------
 # vjp for array-valued functions
 # ---------------------------------------------------------------------------------------

@@ -192,13 +192,13 @@ class Kernel:
             if len(exc.args) < 2 or not isinstance(exc.args[0], str) or "{}" not in exc.args[0]:
                 raise
             raise ValueError(exc.args[0].format(*exc.args[1:])) from None     # check_sizes
-        if self.grown:
-            grown = out[-1]
-            if any(ws[k] is not buf for k, buf in zip(self.grown, grown)):
+        for k, buf in zip(self.grown, out[-1] if self.grown else ()):
+            if ws[k] is not buf:        # a buffer grew: the workspace keeps the grown ones
                 ws = list(ws)
-                for k, buf in zip(self.grown, grown):
+                for k, buf in zip(self.grown, out[-1]):
                     ws[k] = buf
                 ws = tuple(ws)
+                break
         self.pool.append(ws)
         if self.spare:
             handed = (out[0],) + (tuple(out[1]) if len(out) == 3 else ())
