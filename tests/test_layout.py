@@ -108,3 +108,36 @@ def test_short_last_axis_stays():
     args = (rng.standard_normal((5, 4, 6)), rng.standard_normal((6, 4, 6)), 2.0)
     assert not _moved(column_sweep, args, (0, 1, 2), "u")
     check_grad(column_sweep, args, wrt=(0, 1, 2), backend="native")
+
+
+def column_steps(u, n_steps):
+    """Columns of a small array swept in a time loop (adi's shape): a recurrence along the last axis."""
+    for t in range(n_steps):
+        for j in range(1, u.shape[1]):
+            u[:, j] = 0.5 * u[:, j - 1] + np.tanh(u[:, j])
+    return np.sum(u * u)
+
+
+def one_column_pass(u):
+    for j in range(1, u.shape[1]):
+        u[:, j] = 0.5 * u[:, j - 1] + np.tanh(u[:, j])
+    return np.sum(u * u)
+
+
+def test_small_arrays_move_where_loops_sweep_their_columns_again_and_again(monkeypatch):
+    # with the pass's own size threshold: an array far below it moves when its columns are swept
+    # inside two loops (each pass's copy is paid once); one pass over them keeps it in place
+    from flowgrad.passes import layout
+    monkeypatch.setattr(layout, "MIN_BYTES", 3 << 20)
+    from benchmarks.kernels import gramschmidt
+    rng = np.random.default_rng(4)
+    args = (rng.standard_normal((6, 9)), 3)
+    check_forward(column_steps, args, "native")
+    check_grad(column_steps, args, wrt=0, backend="native")
+    assert _moved(column_steps, args, 0, "u")
+    assert not _moved(one_column_pass, args[:1], 0, "u")
+    check_grad(one_column_pass, args[:1], wrt=0, backend="native")
+    a = gramschmidt.args("test")
+    check_forward(gramschmidt.kernel, a, "native")
+    check_grad(gramschmidt.kernel, a, wrt=gramschmidt.WRT, backend="native")
+    assert _moved(gramschmidt.kernel, a, gramschmidt.WRT, "A")
