@@ -3,8 +3,8 @@
 Needs: a captured statement list, before the autodiff (so that the gradient program is built on
 the new layout too); the native backend. Changes: an array ``x``, say of shape ``(I, J, K)``, of
 three or more megabytes or swept inside two or more loops (a time loop around a column sweep,
-Gram-Schmidt's triangular loops), that the program reads and writes only at one position of its last axis
-at a time (``x[:, :, k]``, ``x[1:, :, k + 1]``, an element ``x[i, j, k]``), apart from filling it
+Gram-Schmidt's triangular loops), that the program reads and writes only at one position of its
+last axis at a time (``x[:, :, k]``, ``x[1:, :, k + 1]``, an element ``x[i, j, k]``), apart from filling it
 whole with a constant (``np.zeros``) and reading it whole in a sum, maximum or minimum of all its
 elements, is replaced by ``x_t`` of shape ``(K, I, J)``: each of those views is then one
 contiguous block, ``x_t[k, :, :]``. A parameter is copied into its new layout once, at the start.
@@ -127,8 +127,9 @@ def _moving(ref):
 
 
 def _swept_in_nested_loops(stmts, depth=0, found=None):
-    """The arrays of at least two axes read or written through such a view inside two or more
-    loops: each of their columns is swept again and again."""
+    """The arrays of at least two axes read or written inside two or more loops through a view
+    along other axes at a computed position of the last (``_moving``): each of their columns is
+    swept again and again."""
     found = set() if found is None else found
     for s in stmts:
         blocks = child_blocks(s)
